@@ -1,0 +1,76 @@
+// Package message holds what travels between the bridge, the workflow and the activities:
+// the failed message, a report of its failure, and the dead-letter envelope.
+package message
+
+import (
+	"time"
+
+	"retry-scheduler/policy"
+)
+
+// Message is everything needed to put a failed message back where it came from.
+// The bridge fills it from either ingress form; the workflow never interprets the payload.
+type Message struct {
+	// MessageID is the producer's id, copied into the AMQP message_id property on republish.
+	MessageID string `json:"message_id"`
+	// Payload is the original body, byte for byte.
+	Payload []byte `json:"payload"`
+	// OriginalQueue is the queue the message failed on; with the default exchange it is also the routing key.
+	OriginalQueue string `json:"original_queue"`
+	// OriginalExchange is where to republish; empty means the default exchange.
+	OriginalExchange string `json:"original_exchange,omitempty"`
+	// OriginalRoutingKey is the routing key to republish with; empty means OriginalQueue.
+	OriginalRoutingKey string `json:"original_routing_key,omitempty"`
+	// Headers are the original headers, already allow-listed by the bridge, with values as strings, numbers or booleans.
+	Headers map[string]any `json:"headers,omitempty"`
+	// Properties are the original AMQP basic properties worth keeping.
+	Properties Properties `json:"properties"`
+	// TenantID and CorrelationID travel into search attributes and the dead-letter envelope.
+	TenantID      string `json:"tenant_id,omitempty"`
+	CorrelationID string `json:"correlation_id,omitempty"`
+}
+
+// Properties are the AMQP basic properties copied on republish.
+type Properties struct {
+	ContentType     string `json:"content_type,omitempty"`
+	ContentEncoding string `json:"content_encoding,omitempty"`
+	Type            string `json:"type,omitempty"`
+	AppID           string `json:"app_id,omitempty"`
+	ReplyTo         string `json:"reply_to,omitempty"`
+	Priority        uint8  `json:"priority,omitempty"`
+	// Timestamp is the original message's timestamp, zero when it had none.
+	Timestamp time.Time `json:"timestamp,omitempty"`
+}
+
+// FailureReport is one arrival of "this message failed": the signal-with-start input and the
+// payload of the failure-report signal.
+type FailureReport struct {
+	Message Message `json:"message"`
+
+	// RetryCount is how many retries the message has already had (seed 000): 0 on its first failure.
+	RetryCount int `json:"retry_count"`
+	// RetryKey is the x-retry-key of the republish that failed, when the report carries it; it
+	// tells a stale or duplicated report from a fresh one.
+	RetryKey string `json:"retry_key,omitempty"`
+	// MaxRetries, when above 0, overrides the policy's max retries for this message.
+	MaxRetries int `json:"max_retries,omitempty"`
+
+	// Failure describes the error; the policy package classifies it.
+	Failure policy.Failure `json:"failure"`
+
+	// Policy is the resolved policy (route, per-message override, defaults), chosen by the bridge
+	// so that the workflow never reads configuration.
+	Policy policy.Policy `json:"policy"`
+	// DeadLetterQueue is where the envelope goes when retrying cannot help.
+	DeadLetterQueue string `json:"dead_letter_queue"`
+	// Notes are remarks from the bridge worth keeping in the history (an unknown policy name, say).
+	Notes []string `json:"notes,omitempty"`
+
+	// Source says which ingress form carried the report: "retry-message" or "dead-letter".
+	Source string `json:"source,omitempty"`
+	// Service and ServiceVersion name the reporter, for the envelope's metadata (seed 001).
+	Service        string `json:"service,omitempty"`
+	ServiceVersion string `json:"service_version,omitempty"`
+	// ReportedAt is when the bridge received the report.
+	ReportedAt time.Time `json:"reported_at"`
+}

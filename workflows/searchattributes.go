@@ -1,0 +1,25 @@
+package workflows
+
+import "go.temporal.io/sdk/temporal"
+
+// Search attributes kept current on every transition; they make the Web UI and
+// `temporal workflow list --query` the operator's views. The dev server registers them
+// with the flags in the Makefile (SEARCH_ATTRIBUTES); keep both lists in step.
+var (
+	// SAStatus is the lifecycle state: scheduled, republishing, awaiting-outcome, dead, delivered, resolved, discarded, expired.
+	SAStatus = temporal.NewSearchAttributeKeyKeyword("RetryStatus")
+	// SAOriginalQueue is the queue the message failed on.
+	SAOriginalQueue = temporal.NewSearchAttributeKeyKeyword("OriginalQueue")
+	// SARetryCount is the number of retries had so far.
+	SARetryCount = temporal.NewSearchAttributeKeyInt64("RetryCount")
+	// SANextRetryTime is when the next republish is due; unset when none is.
+	SANextRetryTime = temporal.NewSearchAttributeKeyTime("NextRetryTime")
+	// SAErrorCategory is the category of the last failure.
+	SAErrorCategory = temporal.NewSearchAttributeKeyKeyword("ErrorCategory")
+	// SAPolicy is the retry policy's name.
+	SAPolicy = temporal.NewSearchAttributeKeyKeyword("RetryPolicy")
+	// SATenant is the tenant the message belongs to.
+	SATenant = temporal.NewSearchAttributeKeyKeyword("TenantId")
+	// SADeadAt is when the message was dead-lettered; unset while it is not dead.
+	SADeadAt = temporal.NewSearchAttributeKeyTime("DeadAt")
+)
