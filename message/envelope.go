@@ -19,13 +19,13 @@ type Attempt struct {
 
 // Envelope is the dead-letter message (seed 004's envelope plus seed 001's metadata).
 type Envelope struct {
-	DLQID              string    `json:"dlqId"`
-	MessageID          string    `json:"messageId"`
-	OriginalQueue      string    `json:"originalQueue"`
-	OriginalExchange   string    `json:"originalExchange,omitempty"`
-	OriginalRoutingKey string    `json:"originalRoutingKey,omitempty"`
-	ConsumerService    string    `json:"consumerService,omitempty"`
-	FailureCategory    string    `json:"failureCategory"`
+	DLQID              string `json:"dlqId"`
+	MessageID          string `json:"messageId"`
+	OriginalQueue      string `json:"originalQueue"`
+	OriginalExchange   string `json:"originalExchange,omitempty"`
+	OriginalRoutingKey string `json:"originalRoutingKey,omitempty"`
+	ConsumerService    string `json:"consumerService,omitempty"`
+	FailureCategory    string `json:"failureCategory"`
 	// DeadReason says why retrying stopped: exhausted, non-retryable, max-window, manual, skipped, poison, oversize.
 	DeadReason     string    `json:"deadReason"`
 	DeadDetail     string    `json:"deadDetail,omitempty"`
