@@ -1,0 +1,46 @@
+// Command retry-scheduler runs the service: `all` (worker + bridge + ops, the local default),
+// `worker` or `bridge`. Configuration comes from the environment, overridden by flags.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"retry-scheduler/config"
+	"retry-scheduler/service"
+)
+
+func main() {
+	cfg, err := config.Load(os.Args[1:], os.LookupEnv)
+	if errors.Is(err, flag.ErrHelp) {
+		os.Exit(0)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "retry-scheduler: invalid configuration:", err)
+		os.Exit(2)
+	}
+	logger := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: logLevel(cfg.LogLevel)}))
+	logger.Info("starting", "config", cfg.String())
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := service.Run(ctx, cfg, logger); err != nil {
+		logger.Error("stopped", "error", err)
+		os.Exit(1)
+	}
+	logger.Info("stopped")
+}
+
+func logLevel(s string) slog.Level {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(s)); err != nil {
+		return slog.LevelInfo // config.Validate already refused anything else
+	}
+	return l
+}

@@ -1,0 +1,141 @@
+// Package service assembles the processes of SPEC §2 from their parts: the worker, the
+// bridge and the ops HTTP server, alone or all in one process.
+package service
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+	"go.temporal.io/sdk/client"
+	"golang.org/x/sync/errgroup"
+
+	"retry-scheduler/activities"
+	"retry-scheduler/bridge"
+	"retry-scheduler/broker"
+	"retry-scheduler/config"
+	"retry-scheduler/metrics"
+	"retry-scheduler/ops"
+	"retry-scheduler/policy"
+	"retry-scheduler/worker"
+	"retry-scheduler/workflows"
+)
+
+// Run runs the configured mode until ctx is done, then shuts down gracefully.
+func Run(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
+	reg := metrics.NewRegistry()
+	handler, closer, err := metrics.TemporalHandler(reg, func(err error) { logger.Warn("register sdk metric", "error", err) })
+	if err != nil {
+		return fmt.Errorf("temporal metrics: %w", err)
+	}
+	defer closer.Close()
+
+	tc, err := client.Dial(client.Options{
+		HostPort:       cfg.TemporalAddress,
+		Namespace:      cfg.Namespace,
+		Logger:         logger.With("component", "temporal"),
+		MetricsHandler: handler,
+	})
+	if err != nil {
+		return fmt.Errorf("connect to temporal at %s: %w", cfg.TemporalAddress, err)
+	}
+	defer tc.Close()
+
+	bcfg := broker.Config{
+		URL:            cfg.RabbitMQURL,
+		ConnectionName: cfg.ServiceName + "-" + cfg.Mode,
+		PublishTimeout: cfg.PublishTimeout,
+		QueueType:      cfg.QueueType,
+	}
+	if err := broker.DeclareQueues(bcfg, cfg.RetryQueue, cfg.ManualReviewQueue); err != nil {
+		return fmt.Errorf("declare topology: %w", err)
+	}
+	pub := broker.NewPublisher(bcfg, logger.With("component", "publisher"))
+	defer pub.Close()
+
+	checks := map[string]ops.Check{
+		"temporal": func(ctx context.Context) error {
+			_, err := tc.CheckHealth(ctx, &client.CheckHealthRequest{})
+			return err
+		},
+	}
+	g, ctx := errgroup.WithContext(ctx)
+
+	runWorker := cfg.Mode == "all" || cfg.Mode == "worker"
+	runBridge := cfg.Mode == "all" || cfg.Mode == "bridge"
+	if runWorker {
+		acts := &activities.Activities{Publisher: pub, Logger: logger.With("component", "activities"), Metrics: activities.NewMetrics(reg)}
+		w := worker.New(tc, worker.Options{TaskQueue: cfg.TaskQueue, StopTimeout: cfg.WorkerStopTimeout}, acts)
+		if err := w.Start(); err != nil {
+			return fmt.Errorf("start worker: %w", err)
+		}
+		// Stop waits up to the stop timeout for in-flight publishes.
+		defer w.Stop()
+		logger.Info("worker started", "task_queue", cfg.TaskQueue)
+	}
+	if runBridge {
+		catalog, err := loadCatalog(cfg)
+		if err != nil {
+			return err
+		}
+		reporter := &workflows.Reporter{Client: tc, TaskQueue: cfg.TaskQueue, Retention: cfg.Retention, Eager: runWorker}
+		b := bridge.New(bridge.Config{
+			Queue:           cfg.RetryQueue,
+			DeadLetterQueue: cfg.ManualReviewQueue,
+			Prefetch:        cfg.Prefetch,
+			Workers:         cfg.BridgeWorkers,
+			Decode: bridge.DecodeOptions{
+				MaxMessageBytes:        cfg.MaxMessageBytes,
+				Resolver:               catalog,
+				DefaultDeadLetterQueue: cfg.ManualReviewQueue,
+			},
+		}, func() (*amqp.Connection, error) { return broker.Dial(bcfg) }, reporter, pub,
+			logger.With("component", "bridge"), bridge.NewMetrics(reg))
+		checks["bridge"] = func(context.Context) error {
+			if !b.Ready() {
+				return errors.New("not consuming")
+			}
+			return nil
+		}
+		g.Go(func() error { return b.Run(ctx) })
+	}
+
+	srv := &http.Server{
+		Addr:              cfg.HTTPAddr,
+		Handler:           ops.Handler(reg, checks),
+		ReadHeaderTimeout: 5 * time.Second,
+	}
+	g.Go(func() error {
+		logger.Info("http listening", "addr", srv.Addr)
+		if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			return fmt.Errorf("serve http on %s: %w", srv.Addr, err)
+		}
+		return nil
+	})
+	g.Go(func() error {
+		<-ctx.Done()
+		shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		return srv.Shutdown(shutdownCtx)
+	})
+	return g.Wait()
+}
+
+// loadCatalog is the built-in catalogue, the env-shaped default policy, and the policy file.
+func loadCatalog(cfg config.Config) (*policy.Catalog, error) {
+	c := policy.NewCatalog()
+	if cfg.PolicyFile != "" {
+		var err error
+		if c, err = policy.LoadFile(cfg.PolicyFile); err != nil {
+			return nil, fmt.Errorf("policy file %s: %w", cfg.PolicyFile, err)
+		}
+	}
+	// DEFAULT_MAX_RETRIES, BASE_DELAY_MS and MAX_DELAY_MS shape the default policy, used where
+	// no route matches (seed 000).
+	c.Set(policy.SeedDefault(cfg.DefaultMaxRetries, cfg.BaseDelay, cfg.MaxDelay))
+	return c, c.Validate()
+}

@@ -1,0 +1,61 @@
+// Package worker builds the Temporal worker that runs RetryWorkflow and its activities.
+package worker
+
+import (
+	"time"
+
+	"go.temporal.io/sdk/client"
+	sdkworker "go.temporal.io/sdk/worker"
+	"go.temporal.io/sdk/workflow"
+
+	"retry-scheduler/activities"
+	"retry-scheduler/workflows"
+)
+
+// Options tune the worker.
+type Options struct {
+	// TaskQueue is polled for workflow tasks. Defaults to workflows.DefaultTaskQueue.
+	TaskQueue string
+	// StopTimeout lets in-flight publishes finish on shutdown; it must exceed the publish
+	// deadline. Defaults to 30s.
+	StopTimeout time.Duration
+	// WorkflowPollers is the number of workflow task pollers. Defaults to 4.
+	WorkflowPollers int
+	// MaxConcurrentLocalActivities bounds concurrent publishes. Defaults to 256.
+	MaxConcurrentLocalActivities int
+}
+
+func (o Options) withDefaults() Options {
+	if o.TaskQueue == "" {
+		o.TaskQueue = workflows.DefaultTaskQueue
+	}
+	if o.StopTimeout <= 0 {
+		o.StopTimeout = 30 * time.Second
+	}
+	if o.WorkflowPollers <= 0 {
+		o.WorkflowPollers = 4
+	}
+	if o.MaxConcurrentLocalActivities <= 0 {
+		o.MaxConcurrentLocalActivities = 256
+	}
+	return o
+}
+
+// New registers RetryWorkflow and the activities on a worker for the task queue; the caller
+// runs it (Start/Stop or Run).
+func New(c client.Client, o Options, acts *activities.Activities) sdkworker.Worker {
+	o = o.withDefaults()
+	w := sdkworker.New(c, o.TaskQueue, sdkworker.Options{
+		WorkerStopTimeout:                       o.StopTimeout,
+		MaxConcurrentWorkflowTaskPollers:        o.WorkflowPollers,
+		MaxConcurrentLocalActivityExecutionSize: o.MaxConcurrentLocalActivities,
+	})
+	RegisterWorkflows(w)
+	w.RegisterActivity(acts)
+	return w
+}
+
+// RegisterWorkflows puts the workflows on a registry: a worker, or a replayer in tests.
+func RegisterWorkflows(r sdkworker.WorkflowRegistry) {
+	r.RegisterWorkflowWithOptions(workflows.RetryWorkflow, workflow.RegisterOptions{Name: workflows.RetryWorkflowName})
+}

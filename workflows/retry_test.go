@@ -1,0 +1,450 @@
+package workflows
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/stretchr/testify/require"
+	"github.com/stretchr/testify/suite"
+	"go.temporal.io/sdk/log"
+	"go.temporal.io/sdk/testsuite"
+	"go.temporal.io/sdk/workflow"
+
+	"retry-scheduler/activities"
+	"retry-scheduler/broker"
+	"retry-scheduler/message"
+	"retry-scheduler/policy"
+)
+
+// published is one publish seen by the in-memory publisher, with the workflow time it happened.
+type published struct {
+	Exchange, Key string
+	Msg           amqp.Publishing
+}
+
+// memPublisher stands in for the broker in workflow unit tests: the activities run for real,
+// only the AMQP connection is replaced. The broker itself is exercised by integration tests.
+type memPublisher struct {
+	mu         sync.Mutex
+	all        []published
+	unroutable map[string]bool
+}
+
+func (p *memPublisher) Publish(_ context.Context, exchange, key string, _ bool, msg amqp.Publishing) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.unroutable[key] {
+		return fmt.Errorf("publish to %q: %w", key, broker.ErrUnroutable)
+	}
+	p.all = append(p.all, published{Exchange: exchange, Key: key, Msg: msg})
+	return nil
+}
+
+// to returns the publishes routed with key.
+func (p *memPublisher) to(key string) []published {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var out []published
+	for _, m := range p.all {
+		if m.Key == key {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+const (
+	testQueue = "orders"
+	testDLQ   = "manual-review.pending"
+	testID    = "msg-1"
+)
+
+// fixedPolicy has no jitter, so a test can place its signals on a known timeline:
+// a retry 10 s after each failure, a 30 s quiet window.
+func fixedPolicy(maxRetries int) policy.Policy {
+	return policy.Policy{
+		Name:        "test-fixed",
+		Backoff:     policy.Backoff{Kind: policy.Schedule, Delays: []time.Duration{10 * time.Second}},
+		Jitter:      policy.Jitter{Mode: policy.NoJitter},
+		MaxRetries:  maxRetries,
+		QuietWindow: 30 * time.Second,
+	}
+}
+
+func report(p policy.Policy, retryCount int, f policy.Failure) message.FailureReport {
+	return message.FailureReport{
+		Message: message.Message{
+			MessageID:     testID,
+			Payload:       []byte(`{"order":42}`),
+			OriginalQueue: testQueue,
+			Headers:       map[string]any{"x-tenant": "acme"},
+			Properties:    message.Properties{ContentType: "application/json"},
+			TenantID:      "acme",
+		},
+		RetryCount:      retryCount,
+		Failure:         f,
+		Policy:          p,
+		DeadLetterQueue: testDLQ,
+		Service:         "orders-svc",
+	}
+}
+
+var transient = policy.Failure{Category: "transient", Reason: "503 from payments", HTTPStatus: 503}
+
+type retrySuite struct {
+	suite.Suite
+	testsuite.WorkflowTestSuite
+	env *testsuite.TestWorkflowEnvironment
+	pub *memPublisher
+}
+
+func TestRetryWorkflow(t *testing.T) { suite.Run(t, new(retrySuite)) }
+
+func (s *retrySuite) SetupTest() {
+	s.pub = &memPublisher{unroutable: map[string]bool{}}
+	s.SetLogger(log.NewStructuredLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
+	s.env = s.NewTestWorkflowEnvironment()
+	s.env.RegisterWorkflowWithOptions(RetryWorkflow, workflow.RegisterOptions{Name: RetryWorkflowName})
+	s.env.RegisterActivity(&activities.Activities{Publisher: s.pub, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+}
+
+func (s *retrySuite) TearDownTest() { s.env.AssertExpectations(s.T()) }
+
+// at sends a signal at a point of the test's timeline.
+func (s *retrySuite) at(d time.Duration, name string, arg any) {
+	s.env.RegisterDelayedCallback(func() { s.env.SignalWorkflow(name, arg) }, d)
+}
+
+// failAt reports the failure of retry number retryCount at time d.
+func (s *retrySuite) failAt(d time.Duration, p policy.Policy, retryCount int, f policy.Failure) {
+	s.at(d, SignalFailureReport, report(p, retryCount, f))
+}
+
+func (s *retrySuite) start(first message.FailureReport) {
+	s.env.ExecuteWorkflow(RetryWorkflowName, Input{Report: &first, Retention: time.Hour})
+}
+
+func (s *retrySuite) result() Result {
+	s.Require().True(s.env.IsWorkflowCompleted())
+	s.Require().NoError(s.env.GetWorkflowError())
+	var r Result
+	s.Require().NoError(s.env.GetWorkflowResult(&r))
+	return r
+}
+
+func (s *retrySuite) queryAt(d time.Duration, into *State) {
+	s.env.RegisterDelayedCallback(func() {
+		v, err := s.env.QueryWorkflow(QueryState)
+		s.Require().NoError(err)
+		s.Require().NoError(v.Get(into))
+	}, d)
+}
+
+func (s *retrySuite) envelopes() []message.Envelope {
+	var out []message.Envelope
+	for _, m := range s.pub.to(testDLQ) {
+		var e message.Envelope
+		s.Require().NoError(json.Unmarshal(m.Msg.Body, &e))
+		out = append(out, e)
+	}
+	return out
+}
+
+func (s *retrySuite) TestHappyPathRepublishesOnceThenDelivered() {
+	p := fixedPolicy(3)
+	var scheduled State
+	s.queryAt(time.Second, &scheduled)
+	s.start(report(p, 0, transient))
+
+	s.Equal(StatusDelivered, s.result().Status)
+	s.Equal(StatusScheduled, scheduled.Status)
+	s.Equal(scheduled.FirstFailureAt.Add(10*time.Second), scheduled.NextRetryAt)
+	got := s.pub.to(testQueue)
+	s.Require().Len(got, 1)
+	m := got[0].Msg
+	s.Equal([]byte(`{"order":42}`), m.Body)
+	s.Equal(testID, m.MessageId)
+	s.Equal(amqp.Persistent, m.DeliveryMode)
+	s.EqualValues(1, m.Headers[activities.HeaderRetryCount])
+	s.Equal(testID+":1", m.Headers[activities.HeaderRetryKey])
+	s.Equal("acme", m.Headers["x-tenant"])
+	s.Empty(s.pub.to(testDLQ))
+}
+
+func (s *retrySuite) TestFailAgainUntilExhaustedDeadLettersWithEveryAttempt() {
+	p := fixedPolicy(3)
+	// Republishes at 10 s, 25 s and 40 s; each fails 5 s later; the fourth failure is dead.
+	s.failAt(15*time.Second, p, 1, transient)
+	s.failAt(30*time.Second, p, 2, policy.Failure{Reason: "connection reset", ErrorCode: "ECONNRESET"})
+	s.failAt(45*time.Second, p, 3, transient)
+	var dead State
+	s.queryAt(50*time.Second, &dead)
+	s.start(report(p, 0, transient))
+
+	s.Equal(StatusExpired, s.result().Status)
+	s.Len(s.pub.to(testQueue), 3)
+	for i, m := range s.pub.to(testQueue) {
+		s.EqualValues(i+1, m.Msg.Headers[activities.HeaderRetryCount])
+		s.Equal(fmt.Sprintf("%s:%d", testID, i+1), m.Msg.Headers[activities.HeaderRetryKey])
+	}
+	s.Equal(StatusDead, dead.Status)
+	s.Equal(policy.CauseExhausted, dead.DeadReason)
+	envs := s.envelopes()
+	s.Require().Len(envs, 1)
+	e := envs[0]
+	s.Equal(policy.CauseExhausted, e.DeadReason)
+	s.Equal(3, e.TotalRetries)
+	s.Require().Len(e.RetryAttempts, 4)
+	for i, a := range e.RetryAttempts {
+		s.Equal(i+1, a.Attempt)
+		s.NotEmpty(a.Error)
+		s.Equal("transient", a.Category)
+	}
+	s.Equal("ECONNRESET", e.RetryAttempts[2].ErrorCode)
+	s.Equal(503, e.RetryAttempts[0].HTTPStatus)
+	s.False(e.RetryAttempts[0].RepublishedAt.IsZero())
+	s.True(e.RetryAttempts[3].RepublishedAt.IsZero())
+	s.Equal([]byte(`{"order":42}`), e.OriginalMessage.Payload)
+	s.Equal("orders-svc", e.Metadata.Service)
+	s.Equal("acme", e.Metadata.TenantID)
+	s.Equal(testQueue, e.OriginalQueue)
+}
+
+func (s *retrySuite) TestPermanentErrorGoesToDeadWithoutRepublish() {
+	var st State
+	s.queryAt(time.Second, &st)
+	s.start(report(fixedPolicy(3), 0, policy.Failure{HTTPStatus: 400, Reason: "bad request"}))
+
+	s.Equal(StatusExpired, s.result().Status)
+	s.Empty(s.pub.to(testQueue))
+	s.Equal(StatusDead, st.Status)
+	s.Equal(policy.CauseNonRetryable, st.DeadReason)
+	s.Equal(string(policy.Permanent), st.Category)
+	s.Len(s.envelopes(), 1)
+}
+
+func (s *retrySuite) TestRateLimitedWaitsAtLeastRetryAfter() {
+	var st State
+	s.queryAt(time.Second, &st)
+	s.start(report(fixedPolicy(3), 0, policy.Failure{HTTPStatus: 429, RetryAfter: 2 * time.Minute}))
+
+	s.Equal(StatusDelivered, s.result().Status)
+	s.Equal(string(policy.RateLimited), st.Category)
+	s.GreaterOrEqual(st.NextRetryAt.Sub(st.FirstFailureAt), 2*time.Minute)
+	s.Len(s.pub.to(testQueue), 1)
+}
+
+func (s *retrySuite) TestUnknownErrorStopsAfterTwoRetries() {
+	p := fixedPolicy(5)
+	unknown := policy.Failure{HTTPStatus: 500, Reason: "internal error"}
+	s.failAt(15*time.Second, p, 1, unknown)
+	s.failAt(30*time.Second, p, 2, unknown)
+	var st State
+	s.queryAt(31*time.Second, &st)
+	s.start(report(p, 0, unknown))
+
+	s.result()
+	s.Len(s.pub.to(testQueue), 2)
+	s.Equal(StatusDead, st.Status)
+	s.Equal(policy.CauseExhausted, st.DeadReason)
+	s.Equal(string(policy.Unknown), st.Category)
+}
+
+func (s *retrySuite) TestMaxWindowSendsToDead() {
+	p := fixedPolicy(10)
+	p.MaxWindow = 20 * time.Second
+	// First retry at 10 s is inside the window; the failure at 15 s would retry at 25 s: outside.
+	s.failAt(15*time.Second, p, 1, transient)
+	var st State
+	s.queryAt(16*time.Second, &st)
+	s.start(report(p, 0, transient))
+
+	s.result()
+	s.Len(s.pub.to(testQueue), 1)
+	s.Equal(StatusDead, st.Status)
+	s.Equal(policy.CauseMaxWindow, st.DeadReason)
+}
+
+func (s *retrySuite) TestDuplicateReportsCountOnce() {
+	p := fixedPolicy(3)
+	first := report(p, 0, transient)
+	s.at(time.Second, SignalFailureReport, first) // RabbitMQ redelivered the same report
+	s.failAt(15*time.Second, p, 1, transient)
+	s.failAt(16*time.Second, p, 1, transient) // and the failure of retry 1, twice
+	var st State
+	s.queryAt(17*time.Second, &st)
+	s.start(first)
+
+	s.Equal(StatusDelivered, s.result().Status)
+	s.Len(s.pub.to(testQueue), 2)
+	s.Equal(2, st.DuplicateReports)
+	s.Len(st.Attempts, 2)
+	s.Equal(1, st.RetryCount)
+}
+
+func (s *retrySuite) TestReportWithStaleRetryKeyIsDuplicate() {
+	p := fixedPolicy(3)
+	stale := report(p, 1, transient)
+	stale.RetryKey = testID + ":7"
+	s.at(15*time.Second, SignalFailureReport, stale)
+	fresh := report(p, 1, transient)
+	fresh.RetryKey = testID + ":1"
+	s.at(16*time.Second, SignalFailureReport, fresh)
+	var st State
+	s.queryAt(17*time.Second, &st)
+	s.start(report(p, 0, transient))
+
+	s.Equal(StatusDelivered, s.result().Status)
+	s.Equal(1, st.DuplicateReports)
+	s.Len(st.Attempts, 2)
+}
+
+func (s *retrySuite) TestReportForDeadMessageStaysDead() {
+	p := fixedPolicy(0)
+	s.failAt(time.Minute, p, 0, transient)
+	var st State
+	s.queryAt(2*time.Minute, &st)
+	s.start(report(p, 0, transient))
+
+	s.Equal(StatusExpired, s.result().Status)
+	s.Equal(StatusDead, st.Status)
+	s.Equal(1, st.DuplicateReports)
+	s.Equal("report-while-dead", st.Events[len(st.Events)-1].Kind)
+	s.Len(s.envelopes(), 1)
+	s.Empty(s.pub.to(testQueue))
+}
+
+func (s *retrySuite) TestSkipWhileScheduledGoesToDead() {
+	s.at(5*time.Second, SignalSkip, OperatorAction{Actor: "alice", Reason: "known bad"})
+	var st State
+	s.queryAt(6*time.Second, &st)
+	s.start(report(fixedPolicy(3), 0, transient))
+
+	s.result()
+	s.Empty(s.pub.to(testQueue))
+	s.Equal(StatusDead, st.Status)
+	s.Equal(CauseSkipped, st.DeadReason)
+	s.Contains(st.DeadDetail, "alice")
+	envs := s.envelopes()
+	s.Require().Len(envs, 1)
+	s.Equal(CauseSkipped, envs[0].DeadReason)
+}
+
+func (s *retrySuite) TestRetryNowWhileScheduledRepublishesAtOnce() {
+	s.at(2*time.Second, SignalRetryNow, OperatorAction{Actor: "bob"})
+	var st State
+	s.queryAt(3*time.Second, &st)
+	s.start(report(fixedPolicy(3), 0, transient))
+
+	s.Equal(StatusDelivered, s.result().Status)
+	s.Equal(StatusAwaitingOutcome, st.Status) // at 3 s, long before the 10 s delay
+	s.Len(s.pub.to(testQueue), 1)
+}
+
+func (s *retrySuite) TestRetryFromDeadResetsCount() {
+	p := fixedPolicy(1)
+	s.failAt(15*time.Second, p, 1, transient) // retry 1 failed: dead (max 1)
+	s.at(20*time.Second, SignalRetryNow, OperatorAction{Actor: "carol", Reason: "payments fixed"})
+	var st State
+	s.queryAt(21*time.Second, &st)
+	s.start(report(p, 0, transient))
+
+	r := s.result()
+	s.Equal(StatusDelivered, r.Status)
+	s.Equal(1, r.RetryCount)
+	got := s.pub.to(testQueue)
+	s.Require().Len(got, 2)
+	s.EqualValues(1, got[1].Msg.Headers[activities.HeaderRetryCount])
+	s.Equal(testID+":2", got[1].Msg.Headers[activities.HeaderRetryKey], "a reset never reuses a key")
+	s.Equal(1, st.Resets)
+	s.Equal(StatusAwaitingOutcome, st.Status)
+}
+
+func (s *retrySuite) TestResolveFromDead() {
+	s.at(time.Minute, SignalResolve, OperatorAction{Actor: "dave", Reason: "fixed by hand"})
+	s.start(report(fixedPolicy(0), 0, transient))
+	s.Equal(StatusResolved, s.result().Status)
+}
+
+func (s *retrySuite) TestDiscardFromDead() {
+	s.at(time.Minute, SignalDiscard, OperatorAction{Actor: "erin"})
+	s.start(report(fixedPolicy(0), 0, transient))
+	s.Equal(StatusDiscarded, s.result().Status)
+}
+
+func (s *retrySuite) TestRetentionExpiry() {
+	var st State
+	s.queryAt(59*time.Minute, &st)
+	s.start(report(fixedPolicy(0), 0, transient))
+
+	s.Equal(StatusExpired, s.result().Status)
+	s.Equal(StatusDead, st.Status, "still parked just before the one-hour retention ends")
+}
+
+func (s *retrySuite) TestIllegalSignalsAreRefusedNotApplied() {
+	s.at(time.Second, SignalResolve, OperatorAction{Actor: "frank"})
+	var st State
+	s.queryAt(2*time.Second, &st)
+	s.start(report(fixedPolicy(3), 0, transient))
+
+	s.Equal(StatusDelivered, s.result().Status)
+	s.Equal(StatusScheduled, st.Status)
+	s.Require().NotEmpty(st.Events)
+	s.Equal("refused", st.Events[0].Kind)
+	s.Equal("frank", st.Events[0].Actor)
+}
+
+func (s *retrySuite) TestManualPolicyNeverRetriesByItself() {
+	builtins := policy.Builtins()
+	var st State
+	s.queryAt(time.Minute, &st)
+	s.start(report(builtins["manual"], 0, transient))
+
+	s.Equal(StatusExpired, s.result().Status)
+	s.Empty(s.pub.to(testQueue))
+	s.Equal(policy.CauseManual, st.DeadReason)
+}
+
+func (s *retrySuite) TestNewRunContinuesTheCount() {
+	p := fixedPolicy(3)
+	// An earlier run already republished twice; this run's first report says so.
+	s.failAt(15*time.Second, p, 3, transient)
+	s.start(report(p, 2, transient))
+
+	s.Equal(StatusExpired, s.result().Status)
+	got := s.pub.to(testQueue)
+	s.Require().Len(got, 1, "only one retry was left")
+	s.EqualValues(3, got[0].Msg.Headers[activities.HeaderRetryCount])
+	s.Equal(testID+":3", got[0].Msg.Headers[activities.HeaderRetryKey])
+	s.Len(s.envelopes(), 1)
+}
+
+func (s *retrySuite) TestUnroutableDestinationIsPermanent() {
+	s.pub.unroutable[testQueue] = true
+	var st State
+	s.queryAt(11*time.Second, &st)
+	s.start(report(fixedPolicy(3), 0, transient))
+
+	s.result()
+	s.Equal(StatusDead, st.Status)
+	s.Equal(CauseUnroutable, st.DeadReason)
+}
+
+func (s *retrySuite) TestFirstReportBySignalWithStart() {
+	p := fixedPolicy(3)
+	s.at(0, SignalFailureReport, report(p, 0, transient))
+	s.env.ExecuteWorkflow(RetryWorkflowName, Input{})
+	s.Equal(StatusDelivered, s.result().Status)
+	s.Len(s.pub.to(testQueue), 1)
+}
+
+func TestRetryKey(t *testing.T) {
+	require.Equal(t, "m:3", RetryKey("m", 3))
+}

@@ -1,0 +1,113 @@
+package workflows
+
+import (
+	"strconv"
+	"time"
+
+	"retry-scheduler/message"
+	"retry-scheduler/policy"
+)
+
+// Status is where a message is in its lifecycle (SPEC §4).
+type Status string
+
+// The lifecycle states. The first four are live; the last four are terminal.
+const (
+	StatusScheduled       Status = "scheduled"
+	StatusRepublishing    Status = "republishing"
+	StatusAwaitingOutcome Status = "awaiting-outcome"
+	StatusDead            Status = "dead"
+	StatusDelivered       Status = "delivered"
+	StatusResolved        Status = "resolved"
+	StatusDiscarded       Status = "discarded"
+	StatusExpired         Status = "expired"
+)
+
+// Terminal reports whether the workflow has ended in this state.
+func (s Status) Terminal() bool {
+	switch s {
+	case StatusDelivered, StatusResolved, StatusDiscarded, StatusExpired:
+		return true
+	}
+	return false
+}
+
+// Dead-letter causes besides the policy's (policy.Cause*).
+const (
+	CauseSkipped        = "skipped"
+	CauseUnroutable     = "unroutable"
+	CauseRepublishError = "republish-failed"
+)
+
+// DefaultRetention is how long a dead message stays parked for an operator (seed 004: 30 days).
+const DefaultRetention = 30 * 24 * time.Hour
+
+// Input starts a RetryWorkflow.
+type Input struct {
+	// Report is the first failure report; nil when it arrives by signal (signal-with-start).
+	Report *message.FailureReport `json:"report,omitempty"`
+	// Retention is how long a dead message waits for an operator before it closes as expired.
+	// Defaults to DefaultRetention.
+	Retention time.Duration `json:"retention,omitempty"`
+}
+
+// Result is how a RetryWorkflow ended.
+type Result struct {
+	Status     Status `json:"status"`
+	RetryCount int    `json:"retry_count"`
+	Sequence   int    `json:"sequence"`
+}
+
+// OperatorAction is the payload of every operator signal: who acted and why. The workflow
+// history keeps it, so the history is the audit trail.
+type OperatorAction struct {
+	Actor  string `json:"actor"`
+	Reason string `json:"reason,omitempty"`
+}
+
+// Event is one entry of the workflow's own log, shown by the state query: operator actions
+// (applied or refused), duplicate reports, notes.
+type Event struct {
+	At     time.Time `json:"at"`
+	Kind   string    `json:"kind"`
+	Actor  string    `json:"actor,omitempty"`
+	Detail string    `json:"detail,omitempty"`
+}
+
+// State is the whole state of one message, returned by the state query.
+type State struct {
+	WorkflowID      string          `json:"workflow_id"`
+	Status          Status          `json:"status"`
+	Message         message.Message `json:"message"`
+	Policy          policy.Policy   `json:"policy"`
+	DeadLetterQueue string          `json:"dead_letter_queue"`
+	// MaxRetries is the per-message override; 0 means the policy's.
+	MaxRetries int `json:"max_retries,omitempty"`
+	// RetryCount is how many retries the message has had since its first failure or the
+	// operator's last reset (seed 000 counting).
+	RetryCount int `json:"retry_count"`
+	// Sequence numbers every republish of this message; the idempotency key is
+	// "<message_id>:<Sequence>", so a reset never reuses a key.
+	Sequence int `json:"sequence"`
+	// Resets counts operator retries from dead.
+	Resets         int               `json:"resets,omitempty"`
+	Category       string            `json:"category,omitempty"`
+	FirstFailureAt time.Time         `json:"first_failure_at"`
+	LastFailureAt  time.Time         `json:"last_failure_at"`
+	NextRetryAt    time.Time         `json:"next_retry_at,omitempty"`
+	Attempts       []message.Attempt `json:"attempts"`
+	Events         []Event           `json:"events,omitempty"`
+	DeadReason     string            `json:"dead_reason,omitempty"`
+	DeadDetail     string            `json:"dead_detail,omitempty"`
+	DeadAt         time.Time         `json:"dead_at,omitempty"`
+	// DuplicateReports counts reports that were dropped as redeliveries or stale.
+	DuplicateReports int    `json:"duplicate_reports"`
+	Service          string `json:"service,omitempty"`
+	ServiceVersion   string `json:"service_version,omitempty"`
+	TenantID         string `json:"tenant_id,omitempty"`
+}
+
+// RetryKey is the idempotency key of republish number seq of a message.
+func RetryKey(messageID string, seq int) string {
+	return messageID + ":" + strconv.Itoa(seq)
+}
