@@ -3,7 +3,11 @@
 package activities
 
 import (
+	"context"
+	"log/slog"
 	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
 
 	"retry-scheduler/message"
 )
@@ -40,4 +44,41 @@ type RepublishResult struct {
 type DeadLetterInput struct {
 	Queue    string           `json:"queue"`
 	Envelope message.Envelope `json:"envelope"`
+}
+
+// ErrTypeUnroutable is the Temporal error type of a publish no queue took: non-retryable,
+// since the destination (or the dead-letter queue) is missing until an operator acts.
+const ErrTypeUnroutable = "Unroutable"
+
+// ErrTypeInvalidMessage is the Temporal error type of a message that cannot be put on the wire
+// (headers no AMQP table can hold): retrying would fail the same way.
+const ErrTypeInvalidMessage = "InvalidMessage"
+
+// Publisher is what the activities need from broker.Publisher: a confirmed publish that
+// reports broker.ErrUnroutable for a mandatory message no queue took.
+type Publisher interface {
+	Publish(ctx context.Context, exchange, key string, mandatory bool, msg amqp.Publishing) error
+}
+
+// Activities are the workflow's side effects on the broker. Register the struct on a worker;
+// its methods are the activities RepublishName and DeadLetterName.
+type Activities struct {
+	Publisher Publisher
+	Logger    *slog.Logger
+	Metrics   *Metrics         // may be nil
+	Now       func() time.Time // injectable clock. Defaults to time.Now.
+}
+
+func (a *Activities) now() time.Time {
+	if a.Now != nil {
+		return a.Now()
+	}
+	return time.Now()
+}
+
+func (a *Activities) logger() *slog.Logger {
+	if a.Logger != nil {
+		return a.Logger
+	}
+	return slog.Default()
 }

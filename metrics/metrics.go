@@ -24,18 +24,19 @@ func NewRegistry() *prometheus.Registry {
 
 // TemporalHandler reports the SDK's metrics (and replay-safe metrics from workflow code) to
 // reg through tally. Close the returned closer on shutdown to flush.
-func TemporalHandler(reg *prometheus.Registry, onError func(error)) (sdkmetrics.MetricsHandler, io.Closer, error) {
-	reporter, err := tallyprom.Configuration{TimerType: "histogram"}.NewReporter(tallyprom.ConfigurationOptions{
-		Registry: reg,
-		OnError:  onError,
+func TemporalHandler(reg *prometheus.Registry, onError func(error)) (sdkmetrics.MetricsHandler, io.Closer) {
+	// NewReporter, not Configuration.NewReporter: the latter also registers /metrics on
+	// http.DefaultServeMux, a hidden global that panics on the second call in one process.
+	reporter := tallyprom.NewReporter(tallyprom.Options{
+		Registerer:       reg,
+		Gatherer:         reg,
+		DefaultTimerType: tallyprom.HistogramTimerType,
+		OnRegisterError:  onError,
 	})
-	if err != nil {
-		return nil, nil, err
-	}
 	scope, closer := tally.NewRootScope(tally.ScopeOptions{
 		CachedReporter:  reporter,
 		Separator:       tallyprom.DefaultSeparator,
 		SanitizeOptions: &sdktally.PrometheusSanitizeOptions,
 	}, time.Second)
-	return sdktally.NewMetricsHandler(scope), closer, nil
+	return sdktally.NewMetricsHandler(scope), closer
 }

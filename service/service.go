@@ -28,10 +28,7 @@ import (
 // Run runs the configured mode until ctx is done, then shuts down gracefully.
 func Run(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 	reg := metrics.NewRegistry()
-	handler, closer, err := metrics.TemporalHandler(reg, func(err error) { logger.Warn("register sdk metric", "error", err) })
-	if err != nil {
-		return fmt.Errorf("temporal metrics: %w", err)
-	}
+	handler, closer := metrics.TemporalHandler(reg, func(err error) { logger.Warn("register sdk metric", "error", err) })
 	defer closer.Close()
 
 	tc, err := client.Dial(client.Options{

@@ -1,0 +1,160 @@
+# retry-scheduler. `make` lists the targets.
+#
+# Local stack: the Temporal CLI's dev server (SQLite file, Web UI) started by
+# ./cmd/devserver, plus the RabbitMQ at $(RABBITMQ_URL).
+
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+GO ?= go
+TEMPORAL_VERSION := v1.5.1
+WORKFLOWCHECK_VERSION := v0.6.0
+CACHE ?= $(HOME)/.cache/retry-scheduler
+TEMPORAL_CLI := $(CACHE)/bin/temporal
+WORKFLOWCHECK := $(CACHE)/bin/workflowcheck
+RABBITMQ_URL ?= amqp://guest:guest@127.0.0.1:5672/
+# Frontend port of the dev server `make run` uses (or reuses); UI on port+1000.
+TEMPORAL_PORT ?= 7233
+# How long fuzz-short (part of make test) and fuzz run each Fuzz target.
+FUZZ_TIME ?= 10s
+FUZZ_LONG_TIME ?= 2m
+# Passed to the integration tier's go test.
+INTEGRATION_TIMEOUT ?= 30m
+
+# cmd/devserver and the devserver package find the CLI through $TEMPORAL_CLI.
+export TEMPORAL_CLI
+export RABBITMQ_URL
+
+.PHONY: help tools rabbitmq build run test test-unit test-integration lint demo bench soak fuzz fuzz-short clean
+
+help: ## List the targets
+	@echo "retry-scheduler: make <target>"
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-17s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+	@echo "Variables (make VAR=value): CACHE RABBITMQ_URL TEMPORAL_PORT FUZZ_TIME FUZZ_LONG_TIME INTEGRATION_TIMEOUT"
+
+$(TEMPORAL_CLI):
+	@echo "Installing the Temporal CLI $(TEMPORAL_VERSION) into $(CACHE)/bin (several minutes the first time)"
+	GOBIN=$(CACHE)/bin $(GO) install github.com/temporalio/cli/cmd/temporal@$(TEMPORAL_VERSION)
+
+$(WORKFLOWCHECK):
+	@echo "Installing workflowcheck $(WORKFLOWCHECK_VERSION) into $(CACHE)/bin"
+	@GOBIN=$(CACHE)/bin $(GO) install go.temporal.io/sdk/contrib/tools/workflowcheck@$(WORKFLOWCHECK_VERSION) \
+		|| echo "warning: workflowcheck did not install; make lint will skip it"
+
+tools: $(TEMPORAL_CLI) $(WORKFLOWCHECK) ## Install the Temporal CLI (dev server) and workflowcheck into $(CACHE)/bin
+
+rabbitmq: ## Make sure RabbitMQ answers at RABBITMQ_URL (starts a local rabbitmq-server if it can)
+	@hostport=$${RABBITMQ_URL#*://}; hostport=$${hostport##*@}; hostport=$${hostport%%/*}; hostport=$${hostport%%\?*}; \
+	host=$${hostport%:*}; port=$${hostport##*:}; \
+	if [ "$$host" = "$$hostport" ]; then \
+		case "$$RABBITMQ_URL" in amqps:*) port=5671;; *) port=5672;; esac; \
+	fi; \
+	[ -n "$$host" ] || host=127.0.0.1; \
+	up() { timeout 2 bash -c "exec 3<>/dev/tcp/$$host/$$port" 2>/dev/null; }; \
+	if up; then echo "RabbitMQ answers at $$host:$$port"; exit 0; fi; \
+	case "$$host" in 127.0.0.1|localhost|::1) is_local=1;; *) is_local=0;; esac; \
+	if [ $$is_local = 1 ] && command -v rabbitmq-server >/dev/null 2>&1; then \
+		echo "RabbitMQ is not running at $$host:$$port: starting rabbitmq-server -detached"; \
+		rabbitmq-server -detached || true; \
+		timeout 60 rabbitmqctl await_startup >/dev/null 2>&1 || true; \
+		for i in $$(seq 1 60); do up && { echo "RabbitMQ is up at $$host:$$port"; exit 0; }; sleep 1; done; \
+	fi; \
+	echo "RabbitMQ is not reachable at $$host:$$port: start it or set RABBITMQ_URL" >&2; exit 1
+
+build: ## Build all commands into bin/
+	$(GO) build -o bin/ ./cmd/...
+
+# The dev server is built, not `go run`: go run does not pass SIGTERM on, and would
+# leave the server behind. cmd/devserver reuses (exit 0) a healthy frontend already on
+# the port, in which case nothing is stopped at the end.
+run: tools rabbitmq ## Run locally: the Temporal dev server (UI on :8233) and `retry-scheduler all`
+	@set -uo pipefail; mkdir -p $(CACHE) bin; \
+	$(GO) build -o bin/devserver ./cmd/devserver || exit 1; \
+	addr_file=$(CACHE)/devserver.addr; rm -f $$addr_file; \
+	bin/devserver -port $(TEMPORAL_PORT) -ui-port $$(( $(TEMPORAL_PORT) + 1000 )) -addr-file $$addr_file >> $(CACHE)/devserver.log 2>&1 & pid=$$!; \
+	stop_server() { if kill -0 $$pid 2>/dev/null; then echo "Stopping the Temporal dev server"; kill -TERM $$pid; wait $$pid; fi; }; \
+	trap stop_server EXIT; trap 'exit 130' INT TERM; \
+	for i in $$(seq 1 900); do \
+		[ -s $$addr_file ] && break; \
+		if ! kill -0 $$pid 2>/dev/null; then echo "The Temporal dev server did not start; $(CACHE)/devserver.log says:" >&2; tail -n 30 $(CACHE)/devserver.log >&2; exit 1; fi; \
+		sleep 0.1; \
+	done; \
+	[ -s $$addr_file ] || { echo "The Temporal dev server did not answer within 90s; see $(CACHE)/devserver.log" >&2; exit 1; }; \
+	addr=$$(cat $$addr_file); \
+	echo "Temporal at $$addr; Web UI http://127.0.0.1:$$(( $(TEMPORAL_PORT) + 1000 )) (dev server log: $(CACHE)/devserver.log)"; \
+	TEMPORAL_ADDRESS=$$addr $(GO) run ./cmd/retry-scheduler all
+
+test: tools rabbitmq ## go vet, unit tests, integration tests on one dev server, short fuzz runs
+	@status=0; \
+	echo "== go vet"; $(GO) vet ./... || status=1; \
+	$(MAKE) --no-print-directory test-unit || status=1; \
+	$(MAKE) --no-print-directory test-integration || status=1; \
+	$(MAKE) --no-print-directory fuzz-short || status=1; \
+	if [ $$status != 0 ]; then echo "make test: FAILED (see above)" >&2; else echo "make test: ok"; fi; \
+	exit $$status
+
+test-unit: ## Unit tier: go test -race -cover ./... (no network)
+	@echo "== unit tests"
+	$(GO) test -race -cover ./...
+
+# One dev server (free port, no UI, temp DB) for all packages, named by TEMPORAL_ADDRESS;
+# stopped at the end whatever happens.
+test-integration: tools rabbitmq ## Integration tier (-tags integration) against one shared dev server
+	@set -uo pipefail; tmp=$$(mktemp -d); \
+	$(GO) build -o $$tmp/devserver ./cmd/devserver || exit 1; \
+	$$tmp/devserver -for-test -db $$tmp/temporal.db -addr-file $$tmp/addr > $$tmp/devserver.out 2>&1 & pid=$$!; \
+	cleanup() { kill -TERM $$pid 2>/dev/null && wait $$pid; rm -rf $$tmp; }; \
+	trap cleanup EXIT; trap 'exit 130' INT TERM; \
+	for i in $$(seq 1 900); do \
+		[ -s $$tmp/addr ] && break; \
+		if ! kill -0 $$pid 2>/dev/null; then echo "The Temporal dev server did not start:" >&2; cat $$tmp/devserver.out >&2; exit 1; fi; \
+		sleep 0.1; \
+	done; \
+	[ -s $$tmp/addr ] || { echo "The Temporal dev server did not answer within 90s" >&2; cat $$tmp/devserver.out >&2; exit 1; }; \
+	export TEMPORAL_ADDRESS=$$(cat $$tmp/addr); \
+	echo "== integration tests against the Temporal dev server at $$TEMPORAL_ADDRESS (pid $$pid)"; \
+	$(GO) test -race -tags integration -timeout $(INTEGRATION_TIMEOUT) -p 1 ./...; rc=$$?; \
+	if [ $$rc != 0 ]; then echo "--- Temporal dev server log (last lines) ---"; tail -n 40 $$tmp/temporal.db.log; fi; \
+	exit $$rc
+
+# Runs every Fuzz target of every package that has one, $(1) each; failures are
+# collected, inputs that fail are kept under the package's testdata/fuzz.
+define fuzz_all
+	@status=0; found=0; \
+	for dir in $$(grep -rl --include='*_test.go' '^func Fuzz' . | xargs -r -n1 dirname | sort -u); do \
+		targets=$$($(GO) test -list '^Fuzz' $$dir) || { echo "cannot list the fuzz targets of $$dir" >&2; status=1; continue; }; \
+		for t in $$(echo "$$targets" | grep '^Fuzz' || true); do \
+			found=1; echo "== fuzz $$dir $$t for $(1)"; \
+			$(GO) test -run '^$$' -fuzz "^$$t\$$" -fuzztime $(1) $$dir || status=1; \
+		done; \
+	done; \
+	[ $$found = 1 ] || echo "no Fuzz targets yet"; \
+	exit $$status
+endef
+
+fuzz-short: ## Run each Fuzz target for FUZZ_TIME (10s; part of make test)
+	$(call fuzz_all,$(FUZZ_TIME))
+
+fuzz: ## Run each Fuzz target for FUZZ_LONG_TIME (2m)
+	$(call fuzz_all,$(FUZZ_LONG_TIME))
+
+lint: $(WORKFLOWCHECK) ## go vet, gofmt, workflowcheck ./workflows/..., docker compose config
+	$(GO) vet ./...
+	@unformatted=$$(gofmt -l $$(git ls-files -co --exclude-standard '*.go')); \
+	if [ -n "$$unformatted" ]; then echo "gofmt needed:" $$unformatted >&2; exit 1; fi
+	@if [ -x $(WORKFLOWCHECK) ]; then echo "$(WORKFLOWCHECK) ./workflows/..."; $(WORKFLOWCHECK) ./workflows/...; \
+	else echo "workflowcheck is not installed ($(WORKFLOWCHECK)): skipped"; fi
+	@if command -v docker >/dev/null 2>&1; then echo "docker compose config -q"; docker compose config -q; \
+	else echo "docker is not installed: docker-compose.yml not checked"; fi
+
+demo: ## Inject demo traffic with the starter (run `make run` in another terminal first)
+	$(GO) run ./starter demo
+
+bench: ## Benchmark (go run ./bench)
+	@if [ -d bench ]; then $(GO) run ./bench; else echo "bench: not yet (no ./bench)"; fi
+
+soak: ## Soak test (go run ./soak)
+	@if [ -d soak ]; then $(GO) run ./soak; else echo "soak: not yet (no ./soak)"; fi
+
+clean: ## Remove bin/ and coverage files
+	rm -rf bin/ coverage.out coverage.html *.coverprofile

@@ -1,0 +1,126 @@
+package activities
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+	"go.temporal.io/sdk/temporal"
+
+	"retry-scheduler/broker"
+)
+
+// Republish puts the message back where it came from as retry in.Attempt (SPEC §4
+// "republishing"): confirmed, persistent, with its original body, id, properties and
+// allowed headers, plus x-retry-count and x-retry-key so consumers can drop duplicates.
+// An unroutable destination is a non-retryable ErrTypeUnroutable error; any other publish
+// failure is returned as is for Temporal to retry.
+func (a *Activities) Republish(ctx context.Context, in RepublishInput) (RepublishResult, error) {
+	m := in.Message
+	exchange, key := m.OriginalExchange, m.OriginalRoutingKey
+	if key == "" {
+		key = m.OriginalQueue
+	}
+	log := a.logger().With("message_id", m.MessageID, "attempt", in.Attempt, "key", in.Key,
+		"queue", m.OriginalQueue, "exchange", exchange, "routing_key", key)
+
+	headers, err := republishHeaders(m.Headers, in.Attempt, in.Key)
+	if err != nil {
+		a.Metrics.retryExecuted(m.OriginalQueue, StatusFailed)
+		log.Error("retry not republished", "outcome", "invalid-message", "error", err)
+		return RepublishResult{}, temporal.NewNonRetryableApplicationError(
+			fmt.Sprintf("republish message %q: %v", m.MessageID, err), ErrTypeInvalidMessage, err)
+	}
+	p := m.Properties
+	pub := amqp.Publishing{
+		Headers:         headers,
+		ContentType:     p.ContentType,
+		ContentEncoding: p.ContentEncoding,
+		DeliveryMode:    amqp.Persistent,
+		Priority:        p.Priority,
+		CorrelationId:   m.CorrelationID,
+		ReplyTo:         p.ReplyTo,
+		MessageId:       m.MessageID,
+		Timestamp:       p.Timestamp,
+		Type:            p.Type,
+		AppId:           p.AppID,
+		Body:            m.Payload,
+	}
+
+	err = a.Publisher.Publish(ctx, exchange, key, true, pub)
+	publishedAt := a.now()
+	if err != nil {
+		if errors.Is(err, broker.ErrUnroutable) {
+			a.Metrics.retryExecuted(m.OriginalQueue, StatusUnroutable)
+			log.Error("retry not republished", "outcome", StatusUnroutable, "error", err)
+			return RepublishResult{}, temporal.NewNonRetryableApplicationError(
+				fmt.Sprintf("republish message %q: %v", m.MessageID, err), ErrTypeUnroutable, err)
+		}
+		a.Metrics.retryExecuted(m.OriginalQueue, StatusFailed)
+		log.Warn("retry not republished; will retry", "outcome", StatusFailed, "error", err)
+		return RepublishResult{}, fmt.Errorf("republish message %q attempt %d: %w", m.MessageID, in.Attempt, err)
+	}
+
+	a.Metrics.retryExecuted(m.OriginalQueue, StatusSuccess)
+	if in.ScheduledAt.IsZero() {
+		log.Info("retry republished", "outcome", StatusSuccess)
+	} else {
+		lateness := publishedAt.Sub(in.ScheduledAt)
+		a.Metrics.observeLateness(lateness)
+		log.Info("retry republished", "outcome", StatusSuccess, "lateness", lateness)
+	}
+	return RepublishResult{PublishedAt: publishedAt}, nil
+}
+
+// DeadLetter publishes the envelope, confirmed and persistent, to in.Queue on the default
+// exchange (SPEC §4 "dead"), with x-dead-reason and x-original-queue headers so a
+// manual-review consumer can sort without parsing the body. The queue is declared at start, so
+// an unroutable publish is a misconfiguration: non-retryable ErrTypeUnroutable.
+func (a *Activities) DeadLetter(ctx context.Context, in DeadLetterInput) error {
+	env := in.Envelope
+	log := a.logger().With("message_id", env.MessageID, "dlq_id", env.DLQID, "queue", env.OriginalQueue,
+		"dead_letter_queue", in.Queue, "dead_reason", env.DeadReason)
+	if in.Queue == "" {
+		err := errors.New("no dead-letter queue given")
+		log.Error("envelope not dead-lettered", "outcome", "invalid-message", "error", err)
+		return temporal.NewNonRetryableApplicationError(
+			fmt.Sprintf("dead-letter message %q: %v", env.MessageID, err), ErrTypeInvalidMessage, err)
+	}
+	body, err := json.Marshal(env)
+	if err != nil {
+		log.Error("envelope not dead-lettered", "outcome", "invalid-message", "error", err)
+		return temporal.NewNonRetryableApplicationError(
+			fmt.Sprintf("encode dead-letter envelope of message %q: %v", env.MessageID, err), ErrTypeInvalidMessage, err)
+	}
+	ts := env.RoutedToDlqAt
+	if ts.IsZero() {
+		ts = a.now()
+	}
+	pub := amqp.Publishing{
+		Headers: amqp.Table{
+			"x-dead-reason":    env.DeadReason,
+			"x-original-queue": env.OriginalQueue,
+		},
+		ContentType:   "application/json",
+		DeliveryMode:  amqp.Persistent,
+		CorrelationId: env.CorrelationID,
+		MessageId:     env.DLQID,
+		Timestamp:     ts,
+		Body:          body,
+	}
+
+	if err := a.Publisher.Publish(ctx, "", in.Queue, true, pub); err != nil {
+		if errors.Is(err, broker.ErrUnroutable) {
+			log.Error("envelope not dead-lettered", "outcome", StatusUnroutable, "error", err)
+			return temporal.NewNonRetryableApplicationError(
+				fmt.Sprintf("dead-letter message %q to %q: %v", env.MessageID, in.Queue, err), ErrTypeUnroutable, err)
+		}
+		log.Warn("envelope not dead-lettered; will retry", "outcome", StatusFailed, "error", err)
+		return fmt.Errorf("dead-letter message %q to %q: %w", env.MessageID, in.Queue, err)
+	}
+	a.Metrics.deadLettered(in.Queue, env.DeadReason)
+	log.Info("envelope dead-lettered", "outcome", StatusSuccess)
+	return nil
+}

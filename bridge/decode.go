@@ -1,0 +1,270 @@
+package bridge
+
+import (
+	"errors"
+	"fmt"
+	"mime"
+	"strings"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"retry-scheduler/message"
+	"retry-scheduler/policy"
+	"retry-scheduler/workflows"
+)
+
+// Sources of a FailureReport (FailureReport.Source).
+const (
+	SourceRetryMessage = "retry-message"
+	SourceDeadLetter   = "dead-letter"
+)
+
+// Limits of the decoder. Values past them are poison: they are bugs or attacks, not failures
+// worth retrying, and they would otherwise travel into every workflow history.
+const (
+	// DefaultMaxMessageBytes keeps a report well under Temporal's 2 MB payload limit.
+	DefaultMaxMessageBytes = 512 << 10
+	// MaxRetryCount bounds retry_count, max_retries and x-retry-count.
+	MaxRetryCount = 10000
+	// MaxRetryAfter bounds retry_after_ms and x-retry-after.
+	MaxRetryAfter = 30 * 24 * time.Hour
+	// maxNameLen is AMQP's short-string limit for queue, exchange and routing-key names.
+	maxNameLen = 255
+)
+
+// Kinds of PoisonError; they are also the envelope's DeadReason.
+const (
+	KindPoison   = "poison"
+	KindOversize = "oversize"
+)
+
+// PoisonError says a delivery can never become a FailureReport: retrying it cannot help, so
+// the bridge dead-letters it with Reason instead of requeueing it forever.
+type PoisonError struct {
+	// Kind is KindPoison or KindOversize.
+	Kind string
+	// Reason is a sentence naming the offending field, for the envelope's deadDetail.
+	Reason string
+	// OriginalQueue and MessageID are what could be parsed before the problem, if anything.
+	OriginalQueue string
+	MessageID     string
+}
+
+func (e *PoisonError) Error() string {
+	return e.Kind + " message: " + e.Reason
+}
+
+func poisonf(format string, args ...any) *PoisonError {
+	return &PoisonError{Kind: KindPoison, Reason: fmt.Sprintf(format, args...)}
+}
+
+// PolicyResolver picks the policy and dead-letter queue for an original queue and an optional
+// per-message policy name; *policy.Catalog implements it.
+type PolicyResolver interface {
+	Resolve(queue, override string) (p policy.Policy, deadLetterQueue string, note string)
+}
+
+// DecodeOptions configure Decode. The zero value works: every field has a default.
+type DecodeOptions struct {
+	// MaxMessageBytes is the largest body accepted. Defaults to DefaultMaxMessageBytes.
+	MaxMessageBytes int
+	// Resolver picks the policy. Defaults to policy.NewCatalog() (the built-ins).
+	Resolver PolicyResolver
+	// DefaultDeadLetterQueue is used when the resolver names none. Defaults to "manual-review.pending".
+	DefaultDeadLetterQueue string
+	// AllowHeaders, when not nil, lists the only original headers kept (case-insensitive).
+	// The deny list applies either way.
+	AllowHeaders []string
+	// Now is the clock for ReportedAt and HTTP-date Retry-After values. Defaults to time.Now.
+	Now func() time.Time
+}
+
+// DefaultDeadLetterQueue is the manual-review queue of seed 000.
+const DefaultDeadLetterQueue = "manual-review.pending"
+
+func (o DecodeOptions) withDefaults() DecodeOptions {
+	if o.MaxMessageBytes <= 0 {
+		o.MaxMessageBytes = DefaultMaxMessageBytes
+	}
+	if o.Resolver == nil {
+		o.Resolver = policy.NewCatalog()
+	}
+	if o.DefaultDeadLetterQueue == "" {
+		o.DefaultDeadLetterQueue = DefaultDeadLetterQueue
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	return o
+}
+
+// Delivery is the part of an amqp.Delivery that Decode reads, so that decoding is testable
+// without a broker.
+type Delivery struct {
+	Body            []byte
+	Headers         amqp.Table
+	ContentType     string
+	ContentEncoding string
+	MessageID       string
+	CorrelationID   string
+	Type            string
+	AppID           string
+	ReplyTo         string
+	Priority        uint8
+	Timestamp       time.Time
+	Exchange        string
+	RoutingKey      string
+}
+
+// DeliveryFrom copies the fields Decode reads.
+func DeliveryFrom(d amqp.Delivery) Delivery {
+	return Delivery{
+		Body:            d.Body,
+		Headers:         d.Headers,
+		ContentType:     d.ContentType,
+		ContentEncoding: d.ContentEncoding,
+		MessageID:       d.MessageId,
+		CorrelationID:   d.CorrelationId,
+		Type:            d.Type,
+		AppID:           d.AppId,
+		ReplyTo:         d.ReplyTo,
+		Priority:        d.Priority,
+		Timestamp:       d.Timestamp,
+		Exchange:        d.Exchange,
+		RoutingKey:      d.RoutingKey,
+	}
+}
+
+// reasonNotRetryMessage is the reason for a delivery that is neither form.
+const reasonNotRetryMessage = "not a RetryMessage and no x-death header"
+
+// Decode turns a delivery from the ingress queue into a FailureReport. A delivery it can
+// never accept is a *PoisonError; no other error is returned.
+//
+// The two forms are told apart by the message itself: a delivery with an x-death header is a
+// dead-lettered service message (its body is the original payload, whatever its content
+// type), unless its body is a JSON RetryMessage that was dead-lettered on its way here (a
+// delay queue, say); otherwise the content type selects JSON or protobuf RetryMessage, and a
+// delivery without a content type is a RetryMessage if it is a JSON object with original_queue.
+func Decode(d Delivery, opts DecodeOptions) (message.FailureReport, error) {
+	opts = opts.withDefaults()
+	if len(d.Body) > opts.MaxMessageBytes {
+		return message.FailureReport{}, &PoisonError{
+			Kind:   KindOversize,
+			Reason: fmt.Sprintf("message body is %d bytes, over the limit of %d bytes", len(d.Body), opts.MaxMessageBytes),
+			// Enough to name the message in the envelope; a full parse of an oversize body is what the limit avoids.
+			MessageID:     d.MessageID,
+			OriginalQueue: xDeathQueueHint(d.Headers),
+		}
+	}
+
+	mediaType := mediaType(d.ContentType)
+	var (
+		rep message.FailureReport
+		err error
+	)
+	_, hasXDeath := d.Headers["x-death"]
+	switch {
+	case hasXDeath && (mediaType == "" || isJSON(mediaType)) && looksLikeRetryMessage(d.Body):
+		rep, err = decodeJSON(d, opts)
+	case hasXDeath:
+		rep, err = decodeXDeath(d, opts)
+	case isJSON(mediaType):
+		rep, err = decodeJSON(d, opts)
+	case isProtobuf(mediaType):
+		rep, err = decodeProtobuf(d, opts)
+	case mediaType == "" && looksLikeRetryMessage(d.Body):
+		rep, err = decodeJSON(d, opts)
+	default:
+		err = &PoisonError{Kind: KindPoison, Reason: reasonNotRetryMessage}
+	}
+	if err != nil {
+		var pe *PoisonError
+		if errors.As(err, &pe) && pe.MessageID == "" {
+			pe.MessageID = d.MessageID
+		}
+		return message.FailureReport{}, err
+	}
+	return rep, nil
+}
+
+// finish resolves the policy and fills what both forms share.
+func finish(rep message.FailureReport, policyName, rawID string, opts DecodeOptions) message.FailureReport {
+	m := &rep.Message
+	m.MessageID = workflows.MessageIDOrFallback(rawID, m.OriginalQueue, m.Payload)
+	if rawID != "" && m.MessageID != rawID {
+		rep.Notes = append(rep.Notes, fmt.Sprintf("message id unusable (empty, over %d bytes or with control characters); using fallback %s", workflows.MaxMessageIDLen, m.MessageID))
+	} else if rawID == "" {
+		rep.Notes = append(rep.Notes, "message has no id; using fallback "+m.MessageID)
+	}
+	if m.OriginalExchange == "" {
+		// The default exchange routes by queue name; any other key would miss the queue.
+		m.OriginalRoutingKey = ""
+	}
+	p, dlq, note := opts.Resolver.Resolve(m.OriginalQueue, policyName)
+	rep.Policy = p
+	rep.DeadLetterQueue = dlq
+	if rep.DeadLetterQueue == "" {
+		rep.DeadLetterQueue = opts.DefaultDeadLetterQueue
+	}
+	if note != "" {
+		rep.Notes = append(rep.Notes, note)
+	}
+	rep.ReportedAt = opts.Now()
+	return rep
+}
+
+func mediaType(contentType string) string {
+	if contentType == "" {
+		return ""
+	}
+	mt, _, err := mime.ParseMediaType(contentType)
+	if err != nil {
+		// A malformed parameter should not hide an otherwise plain type.
+		mt, _, _ = strings.Cut(contentType, ";")
+	}
+	return strings.ToLower(strings.TrimSpace(mt))
+}
+
+func isJSON(mt string) bool {
+	return mt == "application/json" || mt == "text/json" || strings.HasSuffix(mt, "+json")
+}
+
+func isProtobuf(mt string) bool {
+	switch mt {
+	case "application/x-protobuf", "application/protobuf", "application/vnd.google.protobuf", "application/x-google-protobuf":
+		return true
+	}
+	return false
+}
+
+func checkName(field, v string, required bool) *PoisonError {
+	if required && v == "" {
+		return poisonf("%s is empty", field)
+	}
+	if len(v) > maxNameLen {
+		return poisonf("%s is %d bytes long, over AMQP's limit of %d", field, len(v), maxNameLen)
+	}
+	return nil
+}
+
+func checkCount(field string, v int64) *PoisonError {
+	if v < 0 {
+		return poisonf("%s is negative (%d)", field, v)
+	}
+	if v > MaxRetryCount {
+		return poisonf("%s is %d, over the limit of %d", field, v, MaxRetryCount)
+	}
+	return nil
+}
+
+func checkRetryAfter(field string, d time.Duration) *PoisonError {
+	if d < 0 {
+		return poisonf("%s is negative", field)
+	}
+	if d > MaxRetryAfter {
+		return poisonf("%s is over the limit of 30 days", field)
+	}
+	return nil
+}

@@ -1,0 +1,70 @@
+package bridge
+
+import (
+	"errors"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Delivery outcomes, the values of bridge_deliveries_total's outcome label.
+const (
+	// OutcomeAccepted: Temporal accepted the report; the delivery was acked.
+	OutcomeAccepted = "accepted"
+	// OutcomePoison and OutcomeOversize: dead-lettered with a confirm, then acked.
+	OutcomePoison   = "poison"
+	OutcomeOversize = "oversize"
+	// OutcomeRequeued: nacked with requeue (Temporal or the dead-letter queue unavailable,
+	// or the bridge pausing or stopping); the broker delivers it again.
+	OutcomeRequeued = "requeued"
+	// OutcomeDroppedStale: its channel was gone when the outcome was known, so it was neither
+	// acked nor nacked; the broker redelivers it.
+	OutcomeDroppedStale = "dropped_stale"
+)
+
+// Metrics are the bridge's Prometheus collectors.
+type Metrics struct {
+	deliveries *prometheus.CounterVec
+	scheduled  *prometheus.CounterVec
+}
+
+// NewMetrics creates the collectors and registers them on reg (none when reg is nil). A
+// collector that reg already has is reused, so that two bridges in one process share it.
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		deliveries: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "bridge_deliveries_total",
+			Help: "Deliveries from the ingress queue by outcome: accepted, poison, oversize, requeued, dropped_stale.",
+		}, []string{"outcome"}),
+		// Labelled by original queue: queue names are operator-controlled, so the cardinality
+		// is bounded by the topology, not by traffic.
+		scheduled: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "retries_scheduled_total",
+			Help: "Failure reports accepted by Temporal, by original queue (seed 000).",
+		}, []string{"queue"}),
+	}
+	if reg != nil {
+		m.deliveries = register(reg, m.deliveries)
+		m.scheduled = register(reg, m.scheduled)
+	}
+	for _, o := range []string{OutcomeAccepted, OutcomePoison, OutcomeOversize, OutcomeRequeued, OutcomeDroppedStale} {
+		m.deliveries.WithLabelValues(o)
+	}
+	return m
+}
+
+func register(reg prometheus.Registerer, c *prometheus.CounterVec) *prometheus.CounterVec {
+	if err := reg.Register(c); err != nil {
+		var are prometheus.AlreadyRegisteredError
+		if errors.As(err, &are) {
+			if existing, ok := are.ExistingCollector.(*prometheus.CounterVec); ok {
+				return existing
+			}
+		}
+		panic(err)
+	}
+	return c
+}
+
+func (m *Metrics) outcome(o string) {
+	m.deliveries.WithLabelValues(o).Inc()
+}

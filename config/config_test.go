@@ -1,0 +1,249 @@
+package config
+
+import (
+	"bytes"
+	"flag"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func env(kv ...string) func(string) (string, bool) {
+	m := map[string]string{}
+	for i := 0; i+1 < len(kv); i += 2 {
+		m[kv[i]] = kv[i+1]
+	}
+	return func(k string) (string, bool) { v, ok := m[k]; return v, ok }
+}
+
+func TestDefaults(t *testing.T) {
+	c, err := Load(nil, nil)
+	require.NoError(t, err)
+	want := Config{
+		Mode:              "all",
+		RabbitMQURL:       "amqp://guest:guest@127.0.0.1:5672/",
+		RetryQueue:        "retry.scheduled",
+		ManualReviewQueue: "manual-review.pending",
+		DefaultMaxRetries: 3,
+		BaseDelay:         2 * time.Second,
+		MaxDelay:          60 * time.Second,
+		HTTPPort:          8086,
+		HTTPAddr:          ":8086",
+		TemporalAddress:   "127.0.0.1:7233",
+		Namespace:         "default",
+		TaskQueue:         "retry-scheduler",
+		PolicyFile:        "",
+		MaxMessageBytes:   524288,
+		Prefetch:          64,
+		BridgeWorkers:     16,
+		PublishTimeout:    10 * time.Second,
+		WorkerStopTimeout: 30 * time.Second,
+		Retention:         720 * time.Hour,
+		ServiceName:       "retry-scheduler",
+		ServiceVersion:    "dev",
+		LogLevel:          "info",
+		QueueType:         "classic",
+	}
+	assert.Equal(t, want, c)
+	require.NoError(t, Default().Validate())
+
+	// Empty environment values count as unset.
+	c, err = Load(nil, env("RETRY_QUEUE", "", "BASE_DELAY_MS", "  "))
+	require.NoError(t, err)
+	assert.Equal(t, want, c)
+}
+
+// Every setting: env overrides the default; a flag overrides the env.
+func TestEnvAndFlags(t *testing.T) {
+	tests := []struct {
+		env, envVal   string
+		flag, flagVal string
+		get           func(Config) any
+		fromEnv       any
+		fromFlag      any
+	}{
+		{"MODE", "worker", "mode", "bridge", func(c Config) any { return c.Mode }, "worker", "bridge"},
+		{"RABBITMQ_URL", "amqps://u:p@mq:5671/vh", "rabbitmq-url", "amqp://other/", func(c Config) any { return c.RabbitMQURL }, "amqps://u:p@mq:5671/vh", "amqp://other/"},
+		{"RETRY_QUEUE", "r.env", "retry-queue", "r.flag", func(c Config) any { return c.RetryQueue }, "r.env", "r.flag"},
+		{"MANUAL_REVIEW_QUEUE", "m.env", "manual-review-queue", "m.flag", func(c Config) any { return c.ManualReviewQueue }, "m.env", "m.flag"},
+		{"DEFAULT_MAX_RETRIES", "5", "default-max-retries", "0", func(c Config) any { return c.DefaultMaxRetries }, 5, 0},
+		{"BASE_DELAY_MS", "1500", "base-delay", "250ms", func(c Config) any { return c.BaseDelay }, 1500 * time.Millisecond, 250 * time.Millisecond},
+		{"MAX_DELAY_MS", "120000", "max-delay", "5m", func(c Config) any { return c.MaxDelay }, 2 * time.Minute, 5 * time.Minute},
+		{"HTTP_PORT", "9000", "http-port", "9001", func(c Config) any { return [2]any{c.HTTPPort, c.HTTPAddr} }, [2]any{9000, ":9000"}, [2]any{9001, ":9001"}},
+		{"HTTP_ADDR", "127.0.0.1:9100", "http-addr", "0.0.0.0:9200", func(c Config) any { return c.HTTPAddr }, "127.0.0.1:9100", "0.0.0.0:9200"},
+		{"TEMPORAL_ADDRESS", "temporal:7233", "temporal-address", "127.0.0.1:17233", func(c Config) any { return c.TemporalAddress }, "temporal:7233", "127.0.0.1:17233"},
+		{"TEMPORAL_NAMESPACE", "ns-env", "namespace", "ns-flag", func(c Config) any { return c.Namespace }, "ns-env", "ns-flag"},
+		{"TEMPORAL_TASK_QUEUE", "tq-env", "task-queue", "tq-flag", func(c Config) any { return c.TaskQueue }, "tq-env", "tq-flag"},
+		{"POLICY_FILE", "/etc/p.yaml", "policy-file", "./p.yaml", func(c Config) any { return c.PolicyFile }, "/etc/p.yaml", "./p.yaml"},
+		{"MAX_MESSAGE_BYTES", "1024", "max-message-bytes", "2048", func(c Config) any { return c.MaxMessageBytes }, 1024, 2048},
+		{"BRIDGE_PREFETCH", "10", "prefetch", "20", func(c Config) any { return c.Prefetch }, 10, 20},
+		{"BRIDGE_WORKERS", "4", "bridge-workers", "8", func(c Config) any { return c.BridgeWorkers }, 4, 8},
+		{"PUBLISH_TIMEOUT", "5s", "publish-timeout", "2s", func(c Config) any { return c.PublishTimeout }, 5 * time.Second, 2 * time.Second},
+		{"WORKER_STOP_TIMEOUT", "1m", "worker-stop-timeout", "45s", func(c Config) any { return c.WorkerStopTimeout }, time.Minute, 45 * time.Second},
+		{"DEAD_LETTER_RETENTION", "7d", "retention", "48h", func(c Config) any { return c.Retention }, 7 * 24 * time.Hour, 48 * time.Hour},
+		{"SERVICE_NAME", "svc-env", "service-name", "svc-flag", func(c Config) any { return c.ServiceName }, "svc-env", "svc-flag"},
+		{"SERVICE_VERSION", "1.2.3", "service-version", "1.2.4", func(c Config) any { return c.ServiceVersion }, "1.2.3", "1.2.4"},
+		{"LOG_LEVEL", "DEBUG", "log-level", "warn", func(c Config) any { return c.LogLevel }, "debug", "warn"},
+		{"QUEUE_TYPE", "quorum", "queue-type", "classic", func(c Config) any { return c.QueueType }, "quorum", "classic"},
+	}
+	covered := map[string]bool{}
+	for _, tt := range tests {
+		covered[tt.env] = true
+		t.Run(tt.env, func(t *testing.T) {
+			c, err := Load(nil, env(tt.env, tt.envVal))
+			require.NoError(t, err)
+			assert.Equal(t, tt.fromEnv, tt.get(c), "env")
+
+			c, err = Load([]string{"-" + tt.flag, tt.flagVal}, env(tt.env, tt.envVal))
+			require.NoError(t, err)
+			assert.Equal(t, tt.fromFlag, tt.get(c), "flag over env")
+
+			c, err = Load([]string{"--" + tt.flag + "=" + tt.flagVal}, nil)
+			require.NoError(t, err)
+			assert.Equal(t, tt.fromFlag, tt.get(c), "flag alone")
+		})
+	}
+	for _, st := range settings {
+		assert.True(t, covered[st.env], "setting %s has no test", st.env)
+	}
+}
+
+// A flag wins even over an env value that would be refused.
+func TestFlagHidesBadEnv(t *testing.T) {
+	c, err := Load([]string{"-base-delay", "1s"}, env("BASE_DELAY_MS", "abc"))
+	require.NoError(t, err)
+	assert.Equal(t, time.Second, c.BaseDelay)
+}
+
+func TestMode(t *testing.T) {
+	for _, tt := range []struct {
+		args []string
+		env  string
+		want string
+	}{
+		{nil, "", "all"},
+		{[]string{"worker"}, "", "worker"},
+		{[]string{"bridge"}, "worker", "bridge"},
+		{[]string{"Worker", "-http-port", "1"}, "", "worker"},
+		{[]string{"-http-port", "1", "bridge"}, "", "bridge"},
+		{[]string{"-http-port", "1", "bridge", "-prefetch", "2"}, "", "bridge"},
+		{[]string{"-mode", "worker", "worker"}, "", "worker"},
+		{[]string{"--", "worker"}, "", "worker"},
+	} {
+		e := env()
+		if tt.env != "" {
+			e = env("MODE", tt.env)
+		}
+		c, err := Load(tt.args, e)
+		require.NoError(t, err, tt.args)
+		assert.Equal(t, tt.want, c.Mode, tt.args)
+	}
+	c, err := Load([]string{"-http-port", "1", "bridge", "-prefetch", "2"}, nil)
+	require.NoError(t, err)
+	assert.Equal(t, 1, c.HTTPPort)
+	assert.Equal(t, 2, c.Prefetch)
+}
+
+func TestRefusals(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		args []string
+		env  []string
+		want string
+	}{
+		{"base delay not a number", nil, []string{"BASE_DELAY_MS", "abc"}, `BASE_DELAY_MS: "abc" is not a whole number of milliseconds`},
+		{"base delay flag not a duration", []string{"-base-delay", "2"}, nil, `-base-delay: "2" is not a duration`},
+		{"max delay not a number", nil, []string{"MAX_DELAY_MS", "1.5"}, `MAX_DELAY_MS: "1.5" is not a whole number of milliseconds`},
+		{"int not a number", nil, []string{"DEFAULT_MAX_RETRIES", "three"}, `DEFAULT_MAX_RETRIES: "three" is not a whole number`},
+		{"int flag not a number", []string{"-http-port", "x"}, nil, `-http-port: "x" is not a whole number`},
+		{"duration not a duration", nil, []string{"PUBLISH_TIMEOUT", "10"}, `PUBLISH_TIMEOUT: "10" is not a duration`},
+		{"days not a number", nil, []string{"DEAD_LETTER_RETENTION", "xd"}, `DEAD_LETTER_RETENTION: "xd" is not a duration`},
+		{"stop timeout equal", nil, []string{"WORKER_STOP_TIMEOUT", "10s"}, `WORKER_STOP_TIMEOUT (10s) must be above PUBLISH_TIMEOUT (10s)`},
+		{"stop timeout below", []string{"-publish-timeout", "40s"}, nil, `WORKER_STOP_TIMEOUT (30s) must be above PUBLISH_TIMEOUT (40s)`},
+		{"publish timeout zero", nil, []string{"PUBLISH_TIMEOUT", "0s"}, `PUBLISH_TIMEOUT (0s) must be above 0`},
+		{"unknown mode", []string{"everything"}, nil, `MODE: unknown mode "everything"`},
+		{"unknown mode env", nil, []string{"MODE", "ops"}, `MODE: unknown mode "ops"`},
+		{"mode twice", []string{"-mode", "worker", "bridge"}, nil, `mode given twice`},
+		{"extra args", []string{"worker", "bridge"}, nil, `unexpected arguments`},
+		{"dash arg", []string{"-"}, nil, `MODE: unknown mode "-"`},
+		{"unknown flag", []string{"-nope"}, nil, `flag provided but not defined: -nope`},
+		{"http port zero", nil, []string{"HTTP_PORT", "0"}, `HTTP_PORT (0) must be between 1 and 65535`},
+		{"http port high", []string{"-http-port", "70000"}, nil, `HTTP_PORT (70000) must be between 1 and 65535`},
+		{"http addr", nil, []string{"HTTP_ADDR", "localhost"}, `HTTP_ADDR: "localhost" is not host:port`},
+		{"http addr port", nil, []string{"HTTP_ADDR", ":99999"}, `HTTP_ADDR: port "99999" out of range`},
+		{"temporal address", nil, []string{"TEMPORAL_ADDRESS", "temporal"}, `TEMPORAL_ADDRESS: "temporal" is not host:port`},
+		{"temporal port", nil, []string{"TEMPORAL_ADDRESS", "temporal:0"}, `TEMPORAL_ADDRESS: port "0" out of range`},
+		{"max retries negative", nil, []string{"DEFAULT_MAX_RETRIES", "-1"}, `DEFAULT_MAX_RETRIES (-1) must be 0 or more`},
+		{"base delay zero", nil, []string{"BASE_DELAY_MS", "0"}, `BASE_DELAY_MS (0s) must be above 0`},
+		{"base delay negative", []string{"-base-delay", "-1s"}, nil, `BASE_DELAY_MS (-1s) must be above 0`},
+		{"max below base", nil, []string{"BASE_DELAY_MS", "5000", "MAX_DELAY_MS", "4000"}, `MAX_DELAY_MS (4s) must not be below BASE_DELAY_MS (5s)`},
+		{"empty retry queue", []string{"-retry-queue", ""}, nil, `RETRY_QUEUE: must not be empty`},
+		{"empty review queue", []string{"-manual-review-queue", " "}, nil, `MANUAL_REVIEW_QUEUE: must not be empty`},
+		{"long queue", nil, []string{"RETRY_QUEUE", strings.Repeat("q", 256)}, `RETRY_QUEUE: "qqq`},
+		{"same queues", nil, []string{"RETRY_QUEUE", "q", "MANUAL_REVIEW_QUEUE", "q"}, `MANUAL_REVIEW_QUEUE: "q" is also the RETRY_QUEUE`},
+		{"url scheme", nil, []string{"RABBITMQ_URL", "http://mq:5672/"}, `RABBITMQ_URL: scheme "http" is not amqp or amqps`},
+		{"url no host", nil, []string{"RABBITMQ_URL", "amqp:///vhost"}, `RABBITMQ_URL: no host`},
+		{"url unparseable", nil, []string{"RABBITMQ_URL", "amqp://u:secret@mq:port/"}, `RABBITMQ_URL: not a URL`},
+		{"empty namespace", []string{"-namespace", ""}, nil, `TEMPORAL_NAMESPACE: must not be empty`},
+		{"empty task queue", []string{"-task-queue", ""}, nil, `TEMPORAL_TASK_QUEUE: must not be empty`},
+		{"message bytes zero", nil, []string{"MAX_MESSAGE_BYTES", "0"}, `MAX_MESSAGE_BYTES (0) must be between 1 and 1048576`},
+		{"message bytes high", nil, []string{"MAX_MESSAGE_BYTES", "2097152"}, `MAX_MESSAGE_BYTES (2097152) must be between 1 and 1048576`},
+		{"prefetch zero", nil, []string{"BRIDGE_PREFETCH", "0"}, `BRIDGE_PREFETCH (0) must be between 1 and 65535`},
+		{"prefetch high", nil, []string{"BRIDGE_PREFETCH", "65536"}, `BRIDGE_PREFETCH (65536) must be between 1 and 65535`},
+		{"bridge workers", nil, []string{"BRIDGE_WORKERS", "0"}, `BRIDGE_WORKERS (0) must be 1 or more`},
+		{"retention zero", nil, []string{"DEAD_LETTER_RETENTION", "0d"}, `DEAD_LETTER_RETENTION (0s) must be above 0`},
+		{"empty service", []string{"-service-name", ""}, nil, `SERVICE_NAME: must not be empty`},
+		{"log level", nil, []string{"LOG_LEVEL", "verbose"}, `LOG_LEVEL: unknown level "verbose"`},
+		{"queue type", nil, []string{"QUEUE_TYPE", "stream"}, `QUEUE_TYPE: unknown queue type "stream"`},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := Load(tt.args, env(tt.env...))
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), tt.want)
+			assert.NotContains(t, err.Error(), "secret")
+		})
+	}
+}
+
+func TestAllProblemsReported(t *testing.T) {
+	_, err := Load(nil, env("HTTP_PORT", "0", "QUEUE_TYPE", "x", "BASE_DELAY_MS", "y"))
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "BASE_DELAY_MS")
+	_, err = Load(nil, env("HTTP_PORT", "0", "QUEUE_TYPE", "x"))
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "HTTP_PORT")
+	assert.Contains(t, err.Error(), "QUEUE_TYPE")
+}
+
+func TestHelp(t *testing.T) {
+	for _, a := range []string{"-h", "-help", "--help"} {
+		_, err := Load([]string{a}, nil)
+		assert.ErrorIs(t, err, flag.ErrHelp, a)
+	}
+	var b bytes.Buffer
+	Usage(&b)
+	for _, st := range settings {
+		assert.Contains(t, b.String(), "-"+st.flag+"  (env "+st.env+")")
+	}
+	assert.Contains(t, b.String(), `"amqp://guest:xxxxx@127.0.0.1:5672/"`)
+	assert.NotContains(t, b.String(), "guest:guest")
+}
+
+func TestString(t *testing.T) {
+	c, err := Load([]string{"-rabbitmq-url", "amqps://app:s3cr3t@mq.example:5671/prod"}, nil)
+	require.NoError(t, err)
+	s := c.String()
+	assert.NotContains(t, s, "s3cr3t")
+	assert.Contains(t, s, `RABBITMQ_URL="amqps://app:xxxxx@mq.example:5671/prod"`)
+	assert.Contains(t, s, `BASE_DELAY_MS="2s"`)
+	assert.Contains(t, s, `MODE="all"`)
+	assert.Equal(t, "amqps://app:s3cr3t@mq.example:5671/prod", c.RabbitMQURL, "String leaves the config alone")
+
+	c.RabbitMQURL = "amqp://u:secret@mq:port/"
+	assert.NotContains(t, c.String(), "secret")
+	assert.Equal(t, "(unparseable URL)", RedactURL(c.RabbitMQURL))
+	assert.Equal(t, "amqp://mq/", RedactURL("amqp://mq/"))
+}

@@ -1,0 +1,158 @@
+package devserver
+
+import (
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/temporal"
+)
+
+func TestSearchAttributeFlags(t *testing.T) {
+	flags := SearchAttributeFlags()
+	require.Len(t, flags, len(SearchAttributeKeys))
+	for _, want := range []string{
+		"RetryStatus=Keyword", "OriginalQueue=Keyword", "RetryCount=Int",
+		"NextRetryTime=Datetime", "ErrorCategory=Keyword", "RetryPolicy=Keyword",
+		"TenantId=Keyword", "DeadAt=Datetime",
+	} {
+		assert.Contains(t, flags, want)
+	}
+}
+
+func TestCLIType(t *testing.T) {
+	for k, want := range map[temporal.SearchAttributeKey]string{
+		temporal.NewSearchAttributeKeyString("a"):      "Text",
+		temporal.NewSearchAttributeKeyKeyword("b"):     "Keyword",
+		temporal.NewSearchAttributeKeyInt64("c"):       "Int",
+		temporal.NewSearchAttributeKeyFloat64("d"):     "Double",
+		temporal.NewSearchAttributeKeyBool("e"):        "Bool",
+		temporal.NewSearchAttributeKeyTime("f"):        "Datetime",
+		temporal.NewSearchAttributeKeyKeywordList("g"): "KeywordList",
+	} {
+		assert.Equal(t, want, CLIType(k), k.GetName())
+	}
+}
+
+func TestDefaultBinary(t *testing.T) {
+	t.Setenv("TEMPORAL_CLI", "/opt/temporal")
+	assert.Equal(t, "/opt/temporal", DefaultBinary())
+	t.Setenv("TEMPORAL_CLI", "")
+	t.Setenv("XDG_CACHE_HOME", "/xdg")
+	assert.Equal(t, "/xdg/retry-scheduler/bin/temporal", DefaultBinary())
+	t.Setenv("XDG_CACHE_HOME", "")
+	t.Setenv("HOME", "/home/u")
+	assert.Equal(t, "/home/u/.cache/retry-scheduler/bin/temporal", DefaultBinary())
+}
+
+func fakeBinary(t *testing.T) string {
+	p := filepath.Join(t.TempDir(), "temporal")
+	require.NoError(t, os.WriteFile(p, []byte("#!/bin/sh\n"), 0o755))
+	return p
+}
+
+func TestResolve(t *testing.T) {
+	bin := fakeBinary(t)
+	db := filepath.Join(t.TempDir(), "sub", "t.db")
+
+	s := &Server{}
+	require.NoError(t, s.resolve(Options{Binary: bin, Port: 7300, DBFile: db}))
+	assert.Equal(t, "127.0.0.1:7300", s.Address)
+	assert.Equal(t, "127.0.0.1:8300", s.UIAddress)
+	assert.Equal(t, "default", s.Namespace)
+	assert.Equal(t, db+".log", s.LogFile)
+	assert.DirExists(t, filepath.Dir(db))
+	args := strings.Join(s.Args(), " ")
+	for _, want := range []string{
+		"server start-dev", "--ip 127.0.0.1", "--port 7300", "--ui-port 8300",
+		"--db-filename " + db, "--namespace default",
+		"--sqlite-pragma journal_mode=wal", "--sqlite-pragma synchronous=normal",
+		"--log-level warn", "--search-attribute RetryStatus=Keyword",
+	} {
+		assert.Contains(t, args, want)
+	}
+	assert.NotContains(t, args, "--headless")
+
+	s = &Server{}
+	require.NoError(t, s.resolve(Options{Binary: bin, UIPort: -1, Namespace: "ns", LogFile: "/tmp/x.log"}))
+	tmp := s.tempDir
+	t.Cleanup(func() { os.RemoveAll(tmp) })
+	assert.NotEmpty(t, s.tempDir)
+	assert.Equal(t, filepath.Join(s.tempDir, "temporal.db"), s.DBFile)
+	assert.Empty(t, s.UIAddress)
+	assert.Equal(t, "/tmp/x.log", s.LogFile)
+	assert.True(t, slices.Contains(s.Args(), "--headless"))
+	assert.NotContains(t, s.Args(), "--ui-port")
+	assert.Contains(t, strings.Join(s.Args(), " "), "--namespace ns")
+	assert.NotEqual(t, "127.0.0.1:0", s.Address)
+
+	s = &Server{}
+	require.NoError(t, s.resolve(Options{Binary: bin, Port: 65000, UIPort: 0, DBFile: db}))
+	assert.NotEqual(t, "127.0.0.1:66000", s.UIAddress)
+	assert.NotEmpty(t, s.UIAddress)
+
+	for _, o := range []Options{
+		{Binary: filepath.Join(t.TempDir(), "missing")},
+		{Binary: t.TempDir()},
+		{Binary: bin, Port: -2},
+		{Binary: bin, Port: 70000},
+		{Binary: bin, Port: 7300, UIPort: -2},
+		{Binary: bin, Port: 7300, UIPort: 70000},
+	} {
+		assert.Error(t, (&Server{}).resolve(o), "%+v", o)
+	}
+}
+
+func TestNotOwned(t *testing.T) {
+	t.Setenv("TEMPORAL_ADDRESS", "127.0.0.1:1")
+	t.Setenv("TEMPORAL_NAMESPACE", "")
+	s := StartForTest(t)
+	assert.Equal(t, "127.0.0.1:1", s.Address)
+	assert.Equal(t, "default", s.Namespace)
+	assert.False(t, s.Owned())
+	assert.NoError(t, s.Stop())
+	assert.ErrorIs(t, s.Kill(), ErrNotOwned)
+	assert.ErrorIs(t, s.Restart(t.Context()), ErrNotOwned)
+	assert.Nil(t, s.Done())
+	assert.NoError(t, s.Err())
+	assert.Zero(t, s.Pid())
+}
+
+func TestStartFailsFast(t *testing.T) {
+	// A "server" that exits at once: Start reports it instead of waiting 60 s.
+	p := filepath.Join(t.TempDir(), "temporal")
+	require.NoError(t, os.WriteFile(p, []byte("#!/bin/sh\necho boom >&2\nexit 3\n"), 0o755))
+	_, err := Start(t.Context(), Options{Binary: p, UIPort: -1})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "exited during start-up")
+	assert.Contains(t, err.Error(), "boom")
+}
+
+func TestTail(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "log")
+	require.NoError(t, os.WriteFile(p, []byte("1\n2\n3\n4\n"), 0o644))
+	assert.True(t, strings.HasSuffix(tail(p, 2), "\n3\n4"))
+	assert.Empty(t, tail(filepath.Join(t.TempDir(), "none"), 2))
+}
+
+// docker-compose.yml's temporal-admin-tools job registers the same attributes.
+func TestComposeRegistersSearchAttributes(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join("..", "docker-compose.yml"))
+	if os.IsNotExist(err) {
+		t.Skip("no docker-compose.yml")
+	}
+	require.NoError(t, err)
+	var line string
+	for l := range strings.Lines(string(b)) {
+		if strings.Contains(l, "for sa in ") {
+			line = l
+		}
+	}
+	require.NotEmpty(t, line, "docker-compose.yml: the `for sa in ...` loop of temporal-admin-tools")
+	got := strings.Fields(strings.TrimSuffix(strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(line), "for sa in")), "; do"))
+	assert.ElementsMatch(t, SearchAttributeFlags(), got)
+}

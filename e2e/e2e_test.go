@@ -1,0 +1,299 @@
+//go:build integration
+
+package e2e
+
+import (
+	"bytes"
+	"fmt"
+	"net/http"
+	"os/exec"
+	"sync"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/log"
+
+	"retry-scheduler/message"
+	"retry-scheduler/workflows"
+)
+
+var httpClient = &http.Client{Timeout: 2 * time.Second}
+
+func nopLogger() log.Logger { return log.NewStructuredLogger(discard()) }
+
+// binaryPayload is not valid UTF-8, so any re-encoding on the way would show.
+var binaryPayload = []byte{0x00, 0xff, 0xfe, 'h', 'i', 0x80, '\n'}
+
+// 1. A RetryMessage reaches its original queue after the policy delay, bytes identical.
+func TestRetryMessageIsRepublishedAfterDelay(t *testing.T) {
+	s := newStack(t)
+	s.run("all")
+	orders := s.queue(s.prefix+".orders", nil)
+	c := s.consume(orders, nil)
+
+	sent := time.Now()
+	s.publishRetry(message.RetryMessage{
+		MessageID: "m-1", OriginalPayload: binaryPayload, OriginalQueue: orders,
+		ErrorReason: "503 from payments", HTTPStatus: 503,
+		OriginalHeaders: map[string]any{"x-trace": "abc"},
+	})
+	d := c.next(t, 30*time.Second)
+	require.GreaterOrEqual(t, time.Since(sent), 300*time.Millisecond, "republished before the policy delay")
+	require.Equal(t, binaryPayload, d.Body)
+	require.Equal(t, "m-1", d.MessageId)
+	require.EqualValues(t, 1, d.Headers["x-retry-count"])
+	require.Equal(t, "m-1:1", d.Headers["x-retry-key"])
+	require.Equal(t, "abc", d.Headers["x-trace"])
+	require.Equal(t, amqp.Persistent, d.DeliveryMode)
+
+	id := workflows.WorkflowID(orders, "m-1")
+	require.Equal(t, workflows.StatusDelivered, s.workflowResult(id, 30*time.Second).Status)
+	s.recordHistory(id, "delivered")
+}
+
+// 2. A consumer that keeps failing: exactly max republishes, then one envelope with every attempt.
+func TestFailingConsumerExhaustsThenDeadLetters(t *testing.T) {
+	s := newStack(t)
+	s.run("all")
+	orders := s.queue(s.prefix+".orders", nil)
+	var reportErr error
+	var mu sync.Mutex
+	c := s.consume(orders, func(d amqp.Delivery) {
+		// The consumer's own failure handling: report to the scheduler, then ack.
+		key, _ := d.Headers["x-retry-key"].(string)
+		n := int(d.Headers["x-retry-count"].(int32))
+		err := s.sendRetry(message.RetryMessage{
+			MessageID: d.MessageId, OriginalPayload: d.Body, OriginalQueue: orders,
+			ErrorReason: fmt.Sprintf("timeout #%d", n+1), ErrorCode: "ETIMEDOUT", RetryCount: n, RetryKey: key,
+		})
+		mu.Lock()
+		if err != nil {
+			reportErr = err
+		}
+		mu.Unlock()
+		_ = d.Ack(false)
+	})
+	dead := s.consume(s.dlq, nil)
+
+	s.publishRetry(message.RetryMessage{MessageID: "m-2", OriginalPayload: []byte("p"), OriginalQueue: orders,
+		ErrorReason: "timeout #1", ErrorCode: "ETIMEDOUT"})
+	env := envelopeOf(t, dead.next(t, 60*time.Second))
+	mu.Lock()
+	require.NoError(t, reportErr)
+	mu.Unlock()
+
+	got := c.all()
+	require.Len(t, got, 3, "exactly max_retries republishes")
+	for i, d := range got {
+		require.EqualValues(t, i+1, d.Headers["x-retry-count"])
+		require.Equal(t, fmt.Sprintf("m-2:%d", i+1), d.Headers["x-retry-key"])
+	}
+	require.Equal(t, "exhausted", env.DeadReason)
+	require.Equal(t, 3, env.TotalRetries)
+	require.Len(t, env.RetryAttempts, 4)
+	for i, a := range env.RetryAttempts {
+		require.Equal(t, i+1, a.Attempt)
+		require.Equal(t, fmt.Sprintf("timeout #%d", i+1), a.Error)
+		require.Equal(t, "ETIMEDOUT", a.ErrorCode)
+		require.Equal(t, "transient", a.Category)
+	}
+	require.Equal(t, []byte("p"), env.OriginalMessage.Payload)
+
+	id := workflows.WorkflowID(orders, "m-2")
+	st, err := s.state(id)
+	require.NoError(t, err)
+	require.Equal(t, workflows.StatusDead, st.Status)
+	s.recordHistory(id, "exhausted-dead")
+}
+
+// 3. Dead-letter adoption: a rejected message comes back after the delay, headers intact.
+func TestDeadLetterAdoption(t *testing.T) {
+	s := newStack(t)
+	s.run("all")
+	payments := s.queue(s.prefix+".payments", amqp.Table{
+		"x-dead-letter-exchange":    "",
+		"x-dead-letter-routing-key": s.ingress,
+	})
+	var mu sync.Mutex
+	seen := 0
+	c := s.consume(payments, func(d amqp.Delivery) {
+		mu.Lock()
+		seen++
+		first := seen == 1
+		mu.Unlock()
+		if first {
+			_ = d.Reject(false) // the consumer fails: RabbitMQ dead-letters it to the scheduler
+			return
+		}
+		_ = d.Ack(false)
+	})
+	s.publishRaw(payments, amqp.Publishing{
+		MessageId: "pay-1", ContentType: "text/plain", Body: []byte("charge 10 EUR"),
+		Headers: amqp.Table{"x-customer": "c-9", "x-amount": int32(10)},
+	})
+	first := c.next(t, 10*time.Second)
+	require.Nil(t, first.Headers["x-retry-count"])
+	again := c.next(t, 30*time.Second)
+	require.Equal(t, []byte("charge 10 EUR"), again.Body)
+	require.Equal(t, "pay-1", again.MessageId)
+	require.Equal(t, "text/plain", again.ContentType)
+	require.Equal(t, "c-9", again.Headers["x-customer"])
+	require.EqualValues(t, 10, again.Headers["x-amount"])
+	require.EqualValues(t, 1, again.Headers["x-retry-count"])
+	require.Equal(t, "pay-1:1", again.Headers["x-retry-key"])
+	require.Nil(t, again.Headers["x-death"], "x-death is not copied back")
+}
+
+// 4. The same report delivered twice gives one republish.
+func TestDuplicateReportRepublishesOnce(t *testing.T) {
+	s := newStack(t)
+	s.run("all")
+	orders := s.queue(s.prefix+".orders", nil)
+	c := s.consume(orders, nil)
+	m := message.RetryMessage{MessageID: "m-4", OriginalPayload: []byte("x"), OriginalQueue: orders, ErrorReason: "503", HTTPStatus: 503}
+	s.publishRetry(m)
+	s.publishRetry(m)
+
+	id := workflows.WorkflowID(orders, "m-4")
+	r := s.workflowResult(id, 30*time.Second)
+	require.Equal(t, workflows.StatusDelivered, r.Status)
+	require.Len(t, c.all(), 1, "one republish for a report delivered twice")
+}
+
+// 5. Poison and oversize input goes to the dead-letter queue with its reason; the bridge keeps going.
+func TestPoisonAndOversizeAreDeadLettered(t *testing.T) {
+	s := newStack(t)
+	s.run("all")
+	orders := s.queue(s.prefix+".orders", nil)
+	c := s.consume(orders, nil)
+	dead := s.consume(s.dlq, nil)
+
+	s.publishRaw(s.ingress, amqp.Publishing{ContentType: "text/plain", MessageId: "bad-1", Body: []byte("not json at all")})
+	s.publishRaw(s.ingress, amqp.Publishing{ContentType: "application/json", MessageId: "bad-2", Body: []byte(`{"message_id":"x","original_queue":"q"}`)})
+	s.publishRaw(s.ingress, amqp.Publishing{ContentType: "application/json", MessageId: "big-1", Body: bytes.Repeat([]byte("a"), 70000)})
+
+	// Keyed by the first bytes of the raw payload: each envelope keeps the delivery as it came.
+	got := map[string]message.Envelope{}
+	for i := 0; i < 3; i++ {
+		e := envelopeOf(t, dead.next(t, 20*time.Second))
+		got[string(e.OriginalMessage.Payload[:5])] = e
+	}
+	require.Len(t, got, 3)
+	notJSON, missing, big := got["not j"], got[`{"mes`], got["aaaaa"]
+	require.Equal(t, "poison", notJSON.DeadReason)
+	require.Equal(t, []byte("not json at all"), notJSON.OriginalMessage.Payload)
+	require.Equal(t, "poison", missing.DeadReason)
+	require.Contains(t, missing.DeadDetail, "original_payload")
+	require.Equal(t, "oversize", big.DeadReason)
+	require.Len(t, big.OriginalMessage.Payload, 70000)
+	require.Contains(t, big.DeadDetail, "65536")
+
+	s.publishRetry(message.RetryMessage{MessageID: "good", OriginalPayload: []byte("ok"), OriginalQueue: orders, ErrorReason: "503"})
+	require.Equal(t, "good", c.next(t, 30*time.Second).MessageId, "the bridge still runs after poison")
+}
+
+// 6. The worker killed with SIGKILL while a retry waits; a new worker fires it.
+func TestWorkerKilledWhileRetryWaits(t *testing.T) {
+	s := newStack(t)
+	bin := buildBinary(t)
+	s.run("bridge")
+	orders := s.queue(s.prefix+".slow-orders", nil) // routed to the 4 s policy
+	c := s.consume(orders, nil)
+
+	w1 := s.startWorker(t, bin)
+	s.publishRetry(message.RetryMessage{MessageID: "m-6", OriginalPayload: []byte("durable"), OriginalQueue: orders, ErrorReason: "503"})
+	id := workflows.WorkflowID(orders, "m-6")
+	eventually(t, 20*time.Second, func() error {
+		st, err := s.state(id)
+		if err != nil {
+			return err
+		}
+		if st.Status != workflows.StatusScheduled {
+			return fmt.Errorf("status %s", st.Status)
+		}
+		return nil
+	})
+	require.NoError(t, w1.Process.Kill()) // SIGKILL
+	_ = w1.Wait()
+
+	s.startWorker(t, bin)
+	d := c.next(t, 60*time.Second)
+	require.Equal(t, []byte("durable"), d.Body)
+	require.EqualValues(t, 1, d.Headers["x-retry-count"])
+	require.Equal(t, workflows.StatusDelivered, s.workflowResult(id, 60*time.Second).Status)
+}
+
+// 7. Every broker connection force-closed during a run of 500 messages: every one
+// republished, and any duplicate carries the same key.
+func TestBrokerConnectionsClosedDuringRun(t *testing.T) {
+	if _, err := exec.LookPath("rabbitmqctl"); err != nil {
+		t.Skip("rabbitmqctl not installed")
+	}
+	s := newStack(t)
+	s.run("all")
+	orders := s.queue(s.prefix+".orders", nil)
+	c := s.consume(orders, nil)
+	const n = 500
+	for i := 0; i < n; i++ {
+		s.publishRetry(message.RetryMessage{MessageID: fmt.Sprintf("bulk-%d", i), OriginalPayload: []byte(fmt.Sprint(i)), OriginalQueue: orders, ErrorReason: "503"})
+		if i == n/2 {
+			out, err := exec.Command("rabbitmqctl", "close_all_connections", "e2e: forced close").CombinedOutput()
+			require.NoError(t, err, "%s", out)
+		}
+	}
+	keys := map[string]map[string]bool{}
+	eventually(t, 5*time.Minute, func() error {
+		for _, d := range c.all() {
+			if keys[d.MessageId] == nil {
+				keys[d.MessageId] = map[string]bool{}
+			}
+			k, _ := d.Headers["x-retry-key"].(string)
+			keys[d.MessageId][k] = true
+		}
+		if len(keys) < n {
+			return fmt.Errorf("%d of %d republished", len(keys), n)
+		}
+		return nil
+	})
+	dups := len(c.all()) - n
+	for id, ks := range keys {
+		require.Len(t, ks, 1, "message %s arrived with different keys: %v", id, ks)
+		require.True(t, ks[id+":1"], "message %s key", id)
+	}
+	t.Logf("500 messages, connections force-closed mid-run: 0 lost, %d duplicates (same key)", dups)
+}
+
+func buildBinary(t *testing.T) string {
+	t.Helper()
+	bin := t.TempDir() + "/retry-scheduler"
+	out, err := exec.Command("go", "build", "-o", bin, "retry-scheduler/cmd/retry-scheduler").CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	return bin
+}
+
+// startWorker runs a worker as its own process, so the test can SIGKILL it.
+func (s *stack) startWorker(t *testing.T, bin string) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command(bin, "worker",
+		"-rabbitmq-url", rabbitURL(),
+		"-temporal-address", s.temporal.Address,
+		"-namespace", s.temporal.Namespace,
+		"-task-queue", s.cfg.TaskQueue,
+		"-retry-queue", s.ingress,
+		"-manual-review-queue", s.dlq,
+		"-http-addr", "127.0.0.1:0",
+	)
+	var logs bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &logs, &logs
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		if t.Failed() {
+			t.Logf("worker output:\n%s", logs.String())
+		}
+	})
+	return cmd
+}

@@ -1,0 +1,345 @@
+//go:build integration
+
+// Package e2e runs the whole service against the real RabbitMQ and a real Temporal dev
+// server: SPEC §3/§4 behaviours as a user of the broker sees them.
+package e2e
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/client"
+	"google.golang.org/protobuf/encoding/protojson"
+
+	historypb "go.temporal.io/api/history/v1"
+
+	"retry-scheduler/broker"
+	"retry-scheduler/config"
+	"retry-scheduler/devserver"
+	"retry-scheduler/message"
+	"retry-scheduler/service"
+	"retry-scheduler/workflows"
+)
+
+func rabbitURL() string {
+	if u := os.Getenv("RABBITMQ_URL"); u != "" {
+		return u
+	}
+	return "amqp://guest:guest@127.0.0.1:5672/"
+}
+
+// policyFile routes the test's queues to short delays so that a test takes seconds:
+// a retry 300 ms after each failure, a 2 s quiet window, 3 retries.
+const policyFile = `
+policies:
+  e2e-fast:
+    backoff: {type: schedule, delays: [300ms]}
+    max_retries: 3
+    quiet_window: 2s
+  e2e-slow:
+    backoff: {type: schedule, delays: [4s]}
+    max_retries: 3
+    quiet_window: 2s
+routes:
+  - queue: "e2e-*.slow*"
+    policy: e2e-slow
+  - queue: "e2e-*"
+    policy: e2e-fast
+`
+
+// stack is one test's private slice of the world: its own queues and task queue on the
+// shared broker and Temporal server.
+type stack struct {
+	t        *testing.T
+	prefix   string
+	ingress  string
+	dlq      string
+	cfg      config.Config
+	tc       client.Client
+	pub      *broker.Publisher
+	temporal *devserver.Server
+}
+
+func newStack(t *testing.T) *stack {
+	t.Helper()
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	prefix := "e2e-" + hex.EncodeToString(b)
+	s := &stack{t: t, prefix: prefix, ingress: prefix + ".retry", dlq: prefix + ".dead"}
+	s.temporal = devserver.StartForTest(t)
+
+	dir := t.TempDir()
+	pf := filepath.Join(dir, "policies.yaml")
+	require.NoError(t, os.WriteFile(pf, []byte(policyFile), 0o600))
+	port, err := devserver.FreePort()
+	require.NoError(t, err)
+	cfg, err := config.Load([]string{
+		"-rabbitmq-url", rabbitURL(),
+		"-temporal-address", s.temporal.Address,
+		"-namespace", s.temporal.Namespace,
+		"-task-queue", prefix,
+		"-retry-queue", s.ingress,
+		"-manual-review-queue", s.dlq,
+		"-policy-file", pf,
+		"-http-addr", "127.0.0.1:" + strconv.Itoa(port),
+		"-max-message-bytes", "65536",
+	}, func(string) (string, bool) { return "", false })
+	require.NoError(t, err)
+	s.cfg = cfg
+
+	s.tc, err = client.Dial(client.Options{HostPort: s.temporal.Address, Namespace: s.temporal.Namespace, Logger: nopLogger()})
+	require.NoError(t, err)
+	t.Cleanup(s.tc.Close)
+	s.pub = broker.NewPublisher(broker.Config{URL: rabbitURL(), ConnectionName: "e2e-test"}, discard())
+	t.Cleanup(func() { _ = s.pub.Close() })
+	require.NoError(t, broker.DeclareQueues(broker.Config{URL: rabbitURL()}, s.ingress, s.dlq))
+	t.Cleanup(func() { s.deleteQueues(s.ingress, s.dlq) })
+	return s
+}
+
+// run starts the service in this process in the given mode until the test ends.
+func (s *stack) run(mode string) {
+	s.t.Helper()
+	cfg := s.cfg
+	cfg.Mode = mode
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- service.Run(ctx, cfg, discard()) }()
+	s.t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			require.NoError(s.t, err)
+		case <-time.After(45 * time.Second):
+			s.t.Error("service did not stop within 45s")
+		}
+	})
+	s.waitReady(cfg)
+}
+
+func (s *stack) waitReady(cfg config.Config) {
+	s.t.Helper()
+	url := "http://" + cfg.HTTPAddr + "/readyz"
+	require.Eventually(s.t, func() bool { return httpOK(url) }, 30*time.Second, 50*time.Millisecond, "service not ready at %s", url)
+}
+
+// queue declares a durable queue owned by the test.
+func (s *stack) queue(name string, args amqp.Table) string {
+	s.t.Helper()
+	conn, err := broker.Dial(broker.Config{URL: rabbitURL()})
+	require.NoError(s.t, err)
+	defer conn.Close()
+	ch, err := conn.Channel()
+	require.NoError(s.t, err)
+	_, err = ch.QueueDeclare(name, true, false, false, false, args)
+	require.NoError(s.t, err)
+	s.t.Cleanup(func() { s.deleteQueues(name) })
+	return name
+}
+
+func (s *stack) deleteQueues(names ...string) {
+	conn, err := broker.Dial(broker.Config{URL: rabbitURL()})
+	if err != nil {
+		return
+	}
+	defer conn.Close()
+	for _, n := range names {
+		if ch, err := conn.Channel(); err == nil {
+			_, _ = ch.QueueDelete(n, false, false, false)
+			_ = ch.Close()
+		}
+	}
+}
+
+// publishRetry publishes a RetryMessage to the ingress queue.
+func (s *stack) publishRetry(m message.RetryMessage) {
+	s.t.Helper()
+	require.NoError(s.t, s.sendRetry(m))
+}
+
+// sendRetry is publishRetry for goroutines other than the test's.
+func (s *stack) sendRetry(m message.RetryMessage) error {
+	body, err := json.Marshal(m)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	return s.pub.Publish(ctx, "", s.ingress, true, amqp.Publishing{
+		ContentType: "application/json", MessageId: m.MessageID, Body: body, DeliveryMode: amqp.Persistent,
+	})
+}
+
+func (s *stack) publishRaw(queue string, p amqp.Publishing) {
+	s.t.Helper()
+	p.DeliveryMode = amqp.Persistent
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	require.NoError(s.t, s.pub.Publish(ctx, "", queue, true, p))
+}
+
+func (s *stack) workflowResult(id string, timeout time.Duration) workflows.Result {
+	s.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	var r workflows.Result
+	require.NoError(s.t, s.tc.GetWorkflow(ctx, id, "").Get(ctx, &r))
+	return r
+}
+
+func (s *stack) state(id string) (workflows.State, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	v, err := s.tc.QueryWorkflow(ctx, id, "", workflows.QueryState)
+	if err != nil {
+		return workflows.State{}, err
+	}
+	var st workflows.State
+	return st, v.Get(&st)
+}
+
+// recordHistory writes the workflow's history to $RECORD_HISTORIES/<name>.json for the replay
+// tests (workflows/testdata/histories); without the variable it does nothing.
+func (s *stack) recordHistory(id, name string) {
+	dir := os.Getenv("RECORD_HISTORIES")
+	if dir == "" {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	it := s.tc.GetWorkflowHistory(ctx, id, "", false, 0)
+	h := &historypb.History{}
+	for it.HasNext() {
+		e, err := it.Next()
+		require.NoError(s.t, err)
+		h.Events = append(h.Events, e)
+	}
+	b, err := protojson.MarshalOptions{Indent: "  "}.Marshal(h)
+	require.NoError(s.t, err)
+	require.NoError(s.t, os.WriteFile(filepath.Join(dir, name+".json"), b, 0o644))
+}
+
+// consumer collects what arrives on a queue, reconnecting when the broker drops it.
+type consumer struct {
+	mu      sync.Mutex
+	got     []amqp.Delivery
+	arrived chan amqp.Delivery
+	// onMessage, when set, decides the fate of each delivery; the default acks it.
+	onMessage func(d amqp.Delivery)
+}
+
+func (s *stack) consume(queue string, onMessage func(d amqp.Delivery)) *consumer {
+	c := &consumer{arrived: make(chan amqp.Delivery, 10000), onMessage: onMessage}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for ctx.Err() == nil {
+			c.session(ctx, queue)
+			select {
+			case <-ctx.Done():
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+	}()
+	s.t.Cleanup(func() { cancel(); wg.Wait() })
+	return c
+}
+
+func (c *consumer) session(ctx context.Context, queue string) {
+	conn, err := broker.Dial(broker.Config{URL: rabbitURL(), ConnectionName: "e2e-consumer"})
+	if err != nil {
+		return
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		return
+	}
+	deliveries, err := ch.Consume(queue, "", false, false, false, false, nil)
+	if err != nil {
+		return
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case d, ok := <-deliveries:
+			if !ok {
+				return
+			}
+			c.mu.Lock()
+			c.got = append(c.got, d)
+			c.mu.Unlock()
+			if c.onMessage != nil {
+				c.onMessage(d)
+			} else {
+				_ = d.Ack(false)
+			}
+			c.arrived <- d
+		}
+	}
+}
+
+// next waits for the next arrival.
+func (c *consumer) next(t *testing.T, timeout time.Duration) amqp.Delivery {
+	t.Helper()
+	select {
+	case d := <-c.arrived:
+		return d
+	case <-time.After(timeout):
+		t.Fatalf("nothing arrived within %s", timeout)
+		return amqp.Delivery{}
+	}
+}
+
+func (c *consumer) all() []amqp.Delivery {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]amqp.Delivery(nil), c.got...)
+}
+
+func envelopeOf(t *testing.T, d amqp.Delivery) message.Envelope {
+	t.Helper()
+	var e message.Envelope
+	require.NoError(t, json.Unmarshal(d.Body, &e), "envelope: %s", d.Body)
+	return e
+}
+
+func httpOK(url string) bool {
+	resp, err := httpClient.Get(url)
+	if err != nil {
+		return false
+	}
+	defer resp.Body.Close()
+	_, _ = io.Copy(io.Discard, resp.Body)
+	return resp.StatusCode == 200
+}
+
+func discard() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+func eventually(t *testing.T, timeout time.Duration, f func() error) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	var err error
+	for time.Now().Before(deadline) {
+		if err = f(); err == nil {
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("condition not met within %s: %v", timeout, err)
+}

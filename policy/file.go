@@ -1,0 +1,240 @@
+package policy
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"regexp"
+	"sort"
+	"strings"
+	"time"
+
+	"gopkg.in/yaml.v3"
+)
+
+// The policy file's shape. It is kept apart from Policy so that the file can spell
+// things for people (backoff "type", duration strings, omitted defaults) while Policy
+// stays what the workflow carries in its history.
+type fileCatalog struct {
+	DefaultPolicy string                `yaml:"default_policy"`
+	Policies      map[string]filePolicy `yaml:"policies"`
+	Routes        []fileRoute           `yaml:"routes"`
+}
+
+type filePolicy struct {
+	Backoff         *fileBackoff `yaml:"backoff"`
+	Jitter          *fileJitter  `yaml:"jitter"`
+	MaxRetries      *int         `yaml:"max_retries"`
+	MaxWindow       duration     `yaml:"max_window"`
+	QuietWindow     *duration    `yaml:"quiet_window"`
+	DeadLetterQueue string       `yaml:"dead_letter_queue"`
+	Manual          bool         `yaml:"manual"`
+}
+
+type fileBackoff struct {
+	Type       string     `yaml:"type"`
+	Initial    *duration  `yaml:"initial"`
+	Multiplier *float64   `yaml:"multiplier"`
+	Max        *duration  `yaml:"max"`
+	Delays     []duration `yaml:"delays"`
+}
+
+type fileJitter struct {
+	Mode     string    `yaml:"mode"`
+	Max      *duration `yaml:"max"`
+	Fraction *float64  `yaml:"fraction"`
+}
+
+type fileRoute struct {
+	Queue           string `yaml:"queue"`
+	Policy          string `yaml:"policy"`
+	DeadLetterQueue string `yaml:"dead_letter_queue"`
+}
+
+// defaultMultiplier applies when an exponential backoff omits its multiplier.
+const defaultMultiplier = 2
+
+// duration reads a Go duration string ("500ms", "1h"). Bare numbers are refused: a
+// unit-less 30 could mean seconds or milliseconds, and guessing wrong is costly.
+type duration time.Duration
+
+// UnmarshalYAML implements yaml.Unmarshaler.
+func (d *duration) UnmarshalYAML(n *yaml.Node) error {
+	if n.Kind != yaml.ScalarNode {
+		return &yaml.TypeError{Errors: []string{fmt.Sprintf("line %d: expected a duration such as \"500ms\" or \"1h\"", n.Line)}}
+	}
+	v, err := time.ParseDuration(n.Value)
+	if err != nil {
+		return &yaml.TypeError{Errors: []string{fmt.Sprintf("line %d: invalid duration %q (use Go durations such as \"500ms\" or \"1h\")", n.Line, n.Value)}}
+	}
+	*d = duration(v)
+	return nil
+}
+
+// Parse reads a policy file into a catalog: the built-in policies, then the file's,
+// which replace built-ins of the same name. The file is strict (unknown keys are
+// errors) because a misspelt key silently ignored would change retry behaviour. An empty
+// file gives the built-in catalog. The result is validated.
+func Parse(data []byte) (*Catalog, error) {
+	var f fileCatalog
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	if err := dec.Decode(&f); err != nil && !errors.Is(err, io.EOF) {
+		return nil, fmt.Errorf("parse policy file: %w", yamlError(err))
+	}
+	var extra yaml.Node
+	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
+		return nil, errors.New("parse policy file: more than one YAML document")
+	}
+
+	c := NewCatalog()
+	if f.DefaultPolicy != "" {
+		c.Default = f.DefaultPolicy
+	}
+	var errs []error
+	names := make([]string, 0, len(f.Policies))
+	for name := range f.Policies {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		p, err := f.Policies[name].policy(name)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		c.Set(p)
+	}
+	for _, r := range f.Routes {
+		c.Routes = append(c.Routes, Route(r))
+	}
+	if len(errs) == 0 {
+		if err := c.Validate(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, fmt.Errorf("parse policy file: %w", err)
+	}
+	return c, nil
+}
+
+// LoadFile reads and parses the policy file at path. Errors do not repeat the path
+// beyond what os adds: callers already name the file they asked for.
+func LoadFile(path string) (*Catalog, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read policy file: %w", err)
+	}
+	return Parse(data)
+}
+
+// policy turns a file entry into a Policy, applying the file's defaults and refusing
+// keys that do not belong to the chosen backoff or jitter kind (likely mistakes).
+func (fp filePolicy) policy(name string) (Policy, error) {
+	var errs []error
+	bad := func(format string, args ...any) {
+		errs = append(errs, fmt.Errorf("policy %q: "+format, append([]any{name}, args...)...))
+	}
+	p := Policy{
+		Name:            name,
+		MaxWindow:       time.Duration(fp.MaxWindow),
+		QuietWindow:     DefaultQuietWindow,
+		DeadLetterQueue: fp.DeadLetterQueue,
+		Manual:          fp.Manual,
+		Jitter:          Jitter{Mode: NoJitter},
+	}
+	if fp.QuietWindow != nil {
+		p.QuietWindow = time.Duration(*fp.QuietWindow)
+	}
+	if fp.MaxRetries == nil {
+		bad("max_retries is required")
+	} else {
+		p.MaxRetries = *fp.MaxRetries
+	}
+
+	switch b := fp.Backoff; {
+	case b == nil:
+		bad("backoff is required")
+	case strings.EqualFold(b.Type, string(Exponential)):
+		p.Backoff = Backoff{Kind: Exponential, Multiplier: defaultMultiplier}
+		if b.Initial != nil {
+			p.Backoff.Initial = time.Duration(*b.Initial)
+		}
+		if b.Multiplier != nil {
+			p.Backoff.Multiplier = *b.Multiplier
+		}
+		if b.Max != nil {
+			p.Backoff.Max = time.Duration(*b.Max)
+		}
+		if b.Delays != nil {
+			bad("backoff.delays only applies to type schedule")
+		}
+	case strings.EqualFold(b.Type, string(Schedule)):
+		p.Backoff = Backoff{Kind: Schedule}
+		for _, d := range b.Delays {
+			p.Backoff.Delays = append(p.Backoff.Delays, time.Duration(d))
+		}
+		if b.Initial != nil || b.Multiplier != nil || b.Max != nil {
+			bad("backoff.initial, multiplier and max only apply to type exponential")
+		}
+	case b.Type == "":
+		bad("backoff.type is required (exponential or schedule)")
+	default:
+		bad("backoff.type %q must be exponential or schedule", b.Type)
+	}
+
+	if j := fp.Jitter; j != nil {
+		if j.Mode != "" {
+			p.Jitter.Mode = JitterMode(strings.ToLower(j.Mode))
+		}
+		if j.Max != nil {
+			if p.Jitter.Mode != Additive {
+				bad("jitter.max only applies to mode additive")
+			}
+			p.Jitter.Max = time.Duration(*j.Max)
+		}
+		if j.Fraction != nil {
+			if p.Jitter.Mode != Proportional {
+				bad("jitter.fraction only applies to mode proportional")
+			}
+			p.Jitter.Fraction = *j.Fraction
+		}
+	}
+	return p, errors.Join(errs...)
+}
+
+// yamlTypeNames are the file's words for the decoder's Go type names.
+var yamlTypeNames = map[string]string{
+	"fileCatalog": "the policy file",
+	"filePolicy":  "a policy",
+	"fileBackoff": "backoff",
+	"fileJitter":  "jitter",
+	"fileRoute":   "a route",
+	"duration":    "a duration",
+}
+
+var (
+	yamlUnknownField = regexp.MustCompile(`field (\S+) not found in type policy\.(\w+)`)
+	yamlTypeName     = regexp.MustCompile(`policy\.(\w+)`)
+)
+
+// yamlError makes the decoder's messages readable for people editing the file (no Go
+// type names); each message keeps its line number.
+func yamlError(err error) error {
+	var te *yaml.TypeError
+	if !errors.As(err, &te) {
+		return err
+	}
+	msg := strings.Join(te.Errors, "; ")
+	msg = yamlUnknownField.ReplaceAllString(msg, `unknown key "$1" in policy.$2`)
+	msg = yamlTypeName.ReplaceAllStringFunc(msg, func(s string) string {
+		if name, ok := yamlTypeNames[strings.TrimPrefix(s, "policy.")]; ok {
+			return name
+		}
+		return s
+	})
+	return errors.New(msg)
+}

@@ -1,0 +1,44 @@
+package workflows
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestWorkflowIDQualifiesByQueue(t *testing.T) {
+	require.Equal(t, "retry/orders/m-1", WorkflowID("orders", "m-1"))
+	require.NotEqual(t, WorkflowID("orders", "m-1"), WorkflowID("billing", "m-1"),
+		"two services failing on one fanned-out message are two retries")
+}
+
+func TestMessageIDOrFallback(t *testing.T) {
+	body := []byte("hello")
+	fb := FallbackMessageID("orders", body)
+	require.True(t, strings.HasPrefix(fb, "sha256-"))
+	require.Len(t, fb, len("sha256-")+32)
+	require.Equal(t, fb, FallbackMessageID("orders", body), "deterministic")
+	require.NotEqual(t, fb, FallbackMessageID("billing", body))
+	require.NotEqual(t, fb, FallbackMessageID("orders", []byte("other")))
+
+	cases := map[string]string{
+		"m-1":                                  "m-1",
+		"":                                     fb,
+		strings.Repeat("x", MaxMessageIDLen):   strings.Repeat("x", MaxMessageIDLen),
+		strings.Repeat("x", MaxMessageIDLen+1): fb,
+		"bad\nid":                              fb,
+	}
+	for in, want := range cases {
+		require.Equal(t, want, MessageIDOrFallback(in, "orders", body), "id %q", in)
+	}
+}
+
+func TestStatusTerminal(t *testing.T) {
+	for _, s := range []Status{StatusDelivered, StatusResolved, StatusDiscarded, StatusExpired} {
+		require.True(t, s.Terminal(), s)
+	}
+	for _, s := range []Status{StatusScheduled, StatusRepublishing, StatusAwaitingOutcome, StatusDead} {
+		require.False(t, s.Terminal(), s)
+	}
+}
