@@ -154,7 +154,8 @@ func (s *Server) resolve(o Options) error {
 		return fmt.Errorf("devserver: UI port %d out of range", o.UIPort)
 	}
 	if o.DBFile == "" {
-		dir, err := os.MkdirTemp("", "retry-scheduler-temporal-")
+		sweepTempDirs()
+		dir, err := os.MkdirTemp("", tempDirPrefix)
 		if err != nil {
 			return fmt.Errorf("devserver: temp dir: %w", err)
 		}
@@ -228,6 +229,9 @@ func (s *Server) start(ctx context.Context) error {
 		close(p.done)
 	}()
 	s.proc = p
+	if s.tempDir != "" {
+		_ = os.WriteFile(filepath.Join(s.tempDir, ownerFile), []byte(strconv.Itoa(os.Getpid())), 0o644)
+	}
 
 	if err := s.waitReady(ctx, p); err != nil {
 		_ = p.cmd.Process.Signal(syscall.SIGKILL)
@@ -410,6 +414,35 @@ func (s *Server) Restart(ctx context.Context) error {
 		return err
 	}
 	return s.start(ctx)
+}
+
+const (
+	tempDirPrefix = "retry-scheduler-temporal-"
+	ownerFile     = "owner.pid"
+)
+
+// sweepTempDirs removes temporary DB directories left behind by processes that died
+// without Stop (a test binary killed at its timeout, say): those whose owner process is
+// gone and that are older than a minute.
+func sweepTempDirs() {
+	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), tempDirPrefix+"*"))
+	for _, dir := range dirs {
+		st, err := os.Stat(dir)
+		if err != nil || !st.IsDir() || time.Since(st.ModTime()) < time.Minute {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(dir, ownerFile))
+		if err != nil {
+			continue
+		}
+		pid, err := strconv.Atoi(string(bytes.TrimSpace(b)))
+		if err != nil || pid <= 0 {
+			continue
+		}
+		if err := syscall.Kill(pid, 0); errors.Is(err, syscall.ESRCH) {
+			_ = os.RemoveAll(dir)
+		}
+	}
 }
 
 // FreePort returns a TCP port on 127.0.0.1 that was free a moment ago.

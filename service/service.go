@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"reflect"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -122,7 +123,9 @@ func Run(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 	return g.Wait()
 }
 
-// loadCatalog is the built-in catalogue, the env-shaped default policy, and the policy file.
+// loadCatalog is the built-in catalogue and the policy file. DEFAULT_MAX_RETRIES,
+// BASE_DELAY_MS and MAX_DELAY_MS shape the built-in default policy (seed 000), used where no
+// route matches; a policy file that defines its own "default" keeps it.
 func loadCatalog(cfg config.Config) (*policy.Catalog, error) {
 	c := policy.NewCatalog()
 	if cfg.PolicyFile != "" {
@@ -131,8 +134,8 @@ func loadCatalog(cfg config.Config) (*policy.Catalog, error) {
 			return nil, fmt.Errorf("policy file %s: %w", cfg.PolicyFile, err)
 		}
 	}
-	// DEFAULT_MAX_RETRIES, BASE_DELAY_MS and MAX_DELAY_MS shape the default policy, used where
-	// no route matches (seed 000).
-	c.Set(policy.SeedDefault(cfg.DefaultMaxRetries, cfg.BaseDelay, cfg.MaxDelay))
+	if reflect.DeepEqual(c.Policies[policy.DefaultName], policy.Builtins()[policy.DefaultName]) {
+		c.Set(policy.SeedDefault(cfg.DefaultMaxRetries, cfg.BaseDelay, cfg.MaxDelay))
+	}
 	return c, c.Validate()
 }

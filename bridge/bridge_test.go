@@ -1,0 +1,306 @@
+package bridge
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"retry-scheduler/message"
+)
+
+// fakeAck records how a delivery was settled.
+type fakeAck struct {
+	mu     sync.Mutex
+	acks   int
+	nacks  int
+	requeu bool
+	err    error
+}
+
+func (a *fakeAck) Ack(uint64, bool) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.acks++
+	return a.err
+}
+
+func (a *fakeAck) Nack(_ uint64, _ bool, requeue bool) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.nacks++
+	a.requeu = requeue
+	return a.err
+}
+
+func (a *fakeAck) Reject(uint64, bool) error { panic("not used") }
+
+// fakeStarter returns err (if any) and records reports.
+type fakeStarter struct {
+	mu      sync.Mutex
+	err     error
+	reports []message.FailureReport
+}
+
+func (s *fakeStarter) Report(_ context.Context, r message.FailureReport) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.err != nil {
+		return s.err
+	}
+	s.reports = append(s.reports, r)
+	return nil
+}
+
+type published struct {
+	exchange, key string
+	mandatory     bool
+	msg           amqp.Publishing
+}
+
+type fakePublisher struct {
+	mu   sync.Mutex
+	err  error
+	msgs []published
+}
+
+func (p *fakePublisher) Publish(_ context.Context, exchange, key string, mandatory bool, msg amqp.Publishing) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.err != nil {
+		return p.err
+	}
+	p.msgs = append(p.msgs, published{exchange, key, mandatory, msg})
+	return nil
+}
+
+// testSession is a session of a bridge whose channel is current, without a broker.
+func testSession(t *testing.T, starter Starter, pub DeadLetterPublisher) (*session, *Metrics) {
+	t.Helper()
+	m := NewMetrics(prometheus.NewRegistry())
+	b := New(Config{Decode: testOptions(), ReportTimeout: time.Second}, nil, starter, pub, nil, m)
+	b.gen = 1
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	return &session{b: b, gen: 1, ctx: ctx, cancel: cancel, results: make(chan result, 1)}, m
+}
+
+func retryDelivery(t *testing.T, ack amqp.Acknowledger) amqp.Delivery {
+	return amqp.Delivery{Acknowledger: ack, ContentType: "application/json", Body: jsonBody(t, validRetryMessage()), DeliveryTag: 7}
+}
+
+func counterValue(c prometheus.Counter) float64 {
+	var m dto.Metric
+	if err := c.Write(&m); err != nil {
+		panic(err)
+	}
+	return m.GetCounter().GetValue()
+}
+
+func outcomes(m *Metrics, o string) float64 {
+	return counterValue(m.deliveries.WithLabelValues(o))
+}
+
+func TestProcessAccepted(t *testing.T) {
+	st := &fakeStarter{}
+	s, m := testSession(t, st, &fakePublisher{})
+	ack := &fakeAck{}
+
+	r := s.process(retryDelivery(t, ack))
+
+	assert.Equal(t, OutcomeAccepted, r.outcome)
+	assert.Equal(t, 1, ack.acks)
+	assert.Equal(t, 0, ack.nacks)
+	require.Len(t, st.reports, 1)
+	assert.Equal(t, "m-1", st.reports[0].Message.MessageID)
+	assert.Equal(t, 1.0, outcomes(m, OutcomeAccepted))
+	assert.Equal(t, 1.0, counterValue(m.scheduled.WithLabelValues("orders")))
+}
+
+func TestProcessStarterFails(t *testing.T) {
+	s, m := testSession(t, &fakeStarter{err: errors.New("temporal unreachable")}, &fakePublisher{})
+	ack := &fakeAck{}
+
+	r := s.process(retryDelivery(t, ack))
+
+	assert.Equal(t, OutcomeRequeued, r.outcome)
+	assert.ErrorContains(t, r.err, "temporal unreachable")
+	assert.Equal(t, 0, ack.acks)
+	assert.Equal(t, 1, ack.nacks)
+	assert.True(t, ack.requeu)
+	assert.Equal(t, 1.0, outcomes(m, OutcomeRequeued))
+}
+
+func TestProcessStarterPermanent(t *testing.T) {
+	pub := &fakePublisher{}
+	s, m := testSession(t, &fakeStarter{err: Permanent(errors.New("invalid argument"))}, pub)
+	ack := &fakeAck{}
+
+	r := s.process(retryDelivery(t, ack))
+
+	assert.Equal(t, OutcomePoison, r.outcome)
+	assert.Equal(t, 1, ack.acks)
+	require.Len(t, pub.msgs, 1)
+	var env message.Envelope
+	require.NoError(t, json.Unmarshal(pub.msgs[0].msg.Body, &env))
+	assert.Equal(t, "report rejected: invalid argument", env.DeadDetail)
+	assert.Equal(t, "orders", env.OriginalQueue)
+	assert.Equal(t, "m-1", env.MessageID)
+	assert.Equal(t, 1.0, outcomes(m, OutcomePoison))
+}
+
+func TestProcessPoison(t *testing.T) {
+	pub := &fakePublisher{}
+	st := &fakeStarter{}
+	s, m := testSession(t, st, pub)
+	ack := &fakeAck{}
+	body := []byte(`{"original_queue":"orders","original_payload":"!!"}`)
+	d := amqp.Delivery{Acknowledger: ack, ContentType: "application/json", MessageId: "bad-1", CorrelationId: "c-1",
+		Headers: amqp.Table{"trace": "t", "cc": "x"}, Body: body}
+
+	r := s.process(d)
+
+	assert.Equal(t, OutcomePoison, r.outcome)
+	assert.Equal(t, 1, ack.acks)
+	assert.Empty(t, st.reports)
+	require.Len(t, pub.msgs, 1)
+	p := pub.msgs[0]
+	assert.Equal(t, "", p.exchange)
+	assert.Equal(t, "manual-review.pending", p.key)
+	assert.True(t, p.mandatory)
+	assert.Equal(t, amqp.Persistent, p.msg.DeliveryMode)
+	assert.Equal(t, "application/json", p.msg.ContentType)
+	assert.Equal(t, amqp.Table{"x-dead-reason": "poison", "x-original-queue": "orders"}, p.msg.Headers)
+
+	var env message.Envelope
+	require.NoError(t, json.Unmarshal(p.msg.Body, &env))
+	assert.Equal(t, "poison", env.DeadReason)
+	assert.Contains(t, env.DeadDetail, "original_payload is not standard base64")
+	assert.Equal(t, "bad-1", env.MessageID)
+	assert.Equal(t, "orders", env.OriginalQueue)
+	assert.Equal(t, body, env.OriginalMessage.Payload)
+	assert.Equal(t, map[string]any{"trace": "t"}, env.OriginalMessage.Headers)
+	assert.Equal(t, "c-1", env.CorrelationID)
+	assert.Equal(t, p.msg.MessageId, env.DLQID)
+	assert.NotNil(t, env.RetryAttempts)
+	assert.Equal(t, 1.0, outcomes(m, OutcomePoison))
+
+	// A redelivered poison message yields the same envelope id, so duplicates are recognisable.
+	s.process(d)
+	require.Len(t, pub.msgs, 2)
+	assert.Equal(t, pub.msgs[0].msg.MessageId, pub.msgs[1].msg.MessageId)
+}
+
+func TestProcessOversize(t *testing.T) {
+	pub := &fakePublisher{}
+	s, m := testSession(t, &fakeStarter{}, pub)
+	s.b.cfg.Decode.MaxMessageBytes = 10
+	ack := &fakeAck{}
+	body := []byte("0123456789ABC")
+
+	r := s.process(amqp.Delivery{Acknowledger: ack, Headers: xDeath("orders", "", "orders"), Body: body})
+
+	assert.Equal(t, OutcomeOversize, r.outcome)
+	assert.Equal(t, 1, ack.acks)
+	require.Len(t, pub.msgs, 1)
+	var env message.Envelope
+	require.NoError(t, json.Unmarshal(pub.msgs[0].msg.Body, &env))
+	assert.Equal(t, "oversize", env.DeadReason)
+	assert.Equal(t, body, env.OriginalMessage.Payload)
+	assert.Equal(t, "orders", env.OriginalQueue)
+	assert.Equal(t, "oversize", pub.msgs[0].msg.Headers["x-dead-reason"])
+	assert.Equal(t, 1.0, outcomes(m, OutcomeOversize))
+}
+
+func TestProcessDeadLetterPublishFails(t *testing.T) {
+	s, m := testSession(t, &fakeStarter{}, &fakePublisher{err: errors.New("unroutable")})
+	ack := &fakeAck{}
+
+	r := s.process(amqp.Delivery{Acknowledger: ack, ContentType: "text/plain", Body: []byte("junk")})
+
+	assert.Equal(t, OutcomeRequeued, r.outcome)
+	assert.Equal(t, 0, ack.acks)
+	assert.Equal(t, 1, ack.nacks)
+	assert.True(t, ack.requeu)
+	assert.Equal(t, 1.0, outcomes(m, OutcomeRequeued))
+}
+
+func TestProcessStaleGeneration(t *testing.T) {
+	st := &fakeStarter{}
+	s, m := testSession(t, st, &fakePublisher{})
+	ack := &fakeAck{}
+	// A newer channel exists: this session's delivery tags mean other messages there.
+	s.b.gen = 2
+
+	r := s.process(retryDelivery(t, ack))
+
+	assert.Equal(t, OutcomeDroppedStale, r.outcome)
+	assert.Equal(t, 0, ack.acks+ack.nacks)
+	assert.Len(t, st.reports, 1, "reported; the redelivery will be deduplicated by workflow id")
+	assert.Equal(t, 1.0, outcomes(m, OutcomeDroppedStale))
+	assert.Equal(t, 0.0, counterValue(m.scheduled.WithLabelValues("orders")))
+}
+
+func TestRetireStopsAcks(t *testing.T) {
+	s, _ := testSession(t, &fakeStarter{}, &fakePublisher{})
+	ack := &fakeAck{}
+	s.retire()
+	assert.False(t, s.settle(amqp.Delivery{Acknowledger: ack}, true))
+	assert.Equal(t, 0, ack.acks)
+	assert.Error(t, s.ctx.Err(), "in-flight reports are cancelled")
+}
+
+func TestSettleChannelRefuses(t *testing.T) {
+	s, _ := testSession(t, &fakeStarter{}, &fakePublisher{})
+	ack := &fakeAck{err: amqp.ErrClosed}
+	r := s.process(retryDelivery(t, ack))
+	assert.Equal(t, OutcomeDroppedStale, r.outcome)
+}
+
+func TestPermanent(t *testing.T) {
+	assert.Nil(t, Permanent(nil))
+	base := errors.New("bad")
+	err := Permanent(base)
+	assert.True(t, IsPermanent(err))
+	assert.True(t, IsPermanent(errors.Join(errors.New("x"), err)))
+	assert.ErrorIs(t, err, base)
+	assert.False(t, IsPermanent(base))
+}
+
+func TestConfigDefaults(t *testing.T) {
+	c := Config{}.withDefaults()
+	assert.Equal(t, "retry.scheduled", c.Queue)
+	assert.Equal(t, "manual-review.pending", c.DeadLetterQueue)
+	assert.Equal(t, 64, c.Prefetch)
+	assert.Equal(t, 16, c.Workers)
+	assert.Equal(t, 10*time.Second, c.ReportTimeout)
+	assert.Equal(t, 500*time.Millisecond, c.ReconnectDelay)
+	assert.Equal(t, DefaultMaxMessageBytes, c.Decode.MaxMessageBytes)
+	assert.NotNil(t, c.Decode.Resolver)
+
+	c = Config{DeadLetterQueue: "dlq"}.withDefaults()
+	assert.Equal(t, "dlq", c.Decode.DefaultDeadLetterQueue)
+}
+
+func TestNewMetricsTwiceOnOneRegistry(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	a := NewMetrics(reg)
+	b := NewMetrics(reg)
+	a.outcome(OutcomeAccepted)
+	assert.Equal(t, 1.0, outcomes(b, OutcomeAccepted))
+	families, err := reg.Gather()
+	require.NoError(t, err)
+	for _, f := range families {
+		if f.GetName() == "bridge_deliveries_total" {
+			assert.Len(t, f.GetMetric(), 5, "every outcome is exported from the start")
+		}
+	}
+}
