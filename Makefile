@@ -144,8 +144,8 @@ lint: $(WORKFLOWCHECK) ## go vet, gofmt, workflowcheck ./workflows/..., docker c
 	if [ -n "$$unformatted" ]; then echo "gofmt needed:" $$unformatted >&2; exit 1; fi
 	@if [ -x $(WORKFLOWCHECK) ]; then echo "$(WORKFLOWCHECK) ./workflows/..."; $(WORKFLOWCHECK) ./workflows/...; \
 	else echo "workflowcheck is not installed ($(WORKFLOWCHECK)): skipped"; fi
-	@if command -v docker >/dev/null 2>&1; then echo "docker compose config -q"; docker compose config -q; \
-	else echo "docker is not installed: docker-compose.yml not checked"; fi
+	@if docker compose version >/dev/null 2>&1; then echo "docker compose config -q"; docker compose config -q; \
+	else echo "docker compose is not installed: docker-compose.yml not checked"; fi
 
 demo: ## Inject demo traffic with the starter (run `make run` in another terminal first)
 	$(GO) run ./starter demo

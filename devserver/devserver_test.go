@@ -2,10 +2,13 @@ package devserver
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -155,4 +158,25 @@ func TestComposeRegistersSearchAttributes(t *testing.T) {
 	require.NotEmpty(t, line, "docker-compose.yml: the `for sa in ...` loop of temporal-admin-tools")
 	got := strings.Fields(strings.TrimSuffix(strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(line), "for sa in")), "; do"))
 	assert.ElementsMatch(t, SearchAttributeFlags(), got)
+}
+
+func TestSweepTempDirs(t *testing.T) {
+	t.Setenv("TMPDIR", t.TempDir())
+	dead := exec.Command("true")
+	require.NoError(t, dead.Run())
+	mk := func(pid int, age time.Duration) string {
+		dir, err := os.MkdirTemp("", tempDirPrefix)
+		require.NoError(t, err)
+		require.NoError(t, os.WriteFile(filepath.Join(dir, ownerFile), []byte(strconv.Itoa(pid)), 0o644))
+		old := time.Now().Add(-age)
+		require.NoError(t, os.Chtimes(dir, old, old))
+		return dir
+	}
+	stale := mk(dead.Process.Pid, 2*time.Minute)
+	young := mk(dead.Process.Pid, 0)
+	alive := mk(os.Getpid(), 2*time.Minute)
+	sweepTempDirs()
+	assert.NoDirExists(t, stale)
+	assert.DirExists(t, young)
+	assert.DirExists(t, alive)
 }

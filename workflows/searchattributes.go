@@ -3,8 +3,9 @@ package workflows
 import "go.temporal.io/sdk/temporal"
 
 // Search attributes kept current on every transition; they make the Web UI and
-// `temporal workflow list --query` the operator's views. The dev server registers them
-// with the flags in the Makefile (SEARCH_ATTRIBUTES); keep both lists in step.
+// `temporal workflow list --query` the operator's views. devserver.SearchAttributeKeys
+// registers them on the dev server and docker-compose.yml on its server (a devserver test
+// checks the two agree); add a new one to both.
 var (
 	// SAStatus is the lifecycle state: scheduled, republishing, awaiting-outcome, dead, delivered, resolved, discarded, expired.
 	SAStatus = temporal.NewSearchAttributeKeyKeyword("RetryStatus")

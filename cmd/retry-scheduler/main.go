@@ -19,6 +19,7 @@ import (
 func main() {
 	cfg, err := config.Load(os.Args[1:], os.LookupEnv)
 	if errors.Is(err, flag.ErrHelp) {
+		config.Usage(os.Stderr)
 		os.Exit(0)
 	}
 	if err != nil {
