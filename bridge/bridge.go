@@ -583,7 +583,7 @@ func (s *session) process(d amqp.Delivery) result {
 	}
 	if err != nil {
 		r := s.conclude(d, false, OutcomeRequeued, fmt.Errorf("report: %w", err))
-		log.Warn("report failed; delivery requeued", "outcome", r.outcome, "error", err)
+		log.Warn("report failed; the broker will deliver the message again", "outcome", r.outcome, "error", err)
 		return r
 	}
 	r := s.conclude(d, true, OutcomeAccepted, nil)
@@ -610,7 +610,7 @@ func (s *session) deadLetter(d amqp.Delivery, pe *PoisonError) result {
 	}
 	if err != nil {
 		r := s.conclude(d, false, OutcomeRequeued, fmt.Errorf("dead-letter %s message to %s: %w", pe.Kind, b.cfg.DeadLetterQueue, err))
-		log.Error("dead-letter publish failed; delivery requeued", "outcome", r.outcome, "error", err)
+		log.Error("dead-letter publish failed; the broker will deliver the message again", "outcome", r.outcome, "error", err)
 		return r
 	}
 	r := s.conclude(d, true, pe.Kind, nil)

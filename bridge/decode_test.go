@@ -520,8 +520,8 @@ func TestDecodeXDeath(t *testing.T) {
 	assert.Equal(t, "o-1", m.MessageID)
 	assert.Equal(t, []byte("original body"), m.Payload)
 	assert.Equal(t, "orders", m.OriginalQueue)
-	assert.Equal(t, "orders.x", m.OriginalExchange)
-	assert.Equal(t, "orders.created", m.OriginalRoutingKey)
+	assert.Empty(t, m.OriginalExchange, "republished to the failed queue by name, not through a possibly fanout exchange")
+	assert.Empty(t, m.OriginalRoutingKey)
 	assert.Equal(t, message.Properties{
 		ContentType: "application/json", ContentEncoding: "identity", Type: "order.created",
 		AppID: "order-service", ReplyTo: "replies", Priority: 4, Timestamp: testNow.Add(-time.Hour),

@@ -135,10 +135,10 @@ func decodeXDeath(d Delivery, opts DecodeOptions) (message.FailureReport, error)
 	if m.Payload == nil {
 		m.Payload = []byte{}
 	}
+	// Republish to the queue that failed, by name on the default exchange: going back
+	// through the original exchange would, for a fanout or topic exchange, deliver the
+	// retry to every bound queue again, including consumers that had succeeded.
 	m.OriginalQueue = e.queue
-	if e.exchange != "" {
-		m.OriginalExchange, m.OriginalRoutingKey = e.exchange, e.routingKey
-	}
 	m.Properties = message.Properties{
 		ContentType:     d.ContentType,
 		ContentEncoding: d.ContentEncoding,

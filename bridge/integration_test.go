@@ -21,8 +21,8 @@ import (
 	"testing"
 	"time"
 
-	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/prometheus/client_golang/prometheus"
+	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -42,6 +42,10 @@ type recordingStarter struct {
 	failing atomic.Bool
 	delay   time.Duration
 	calls   chan string
+	// Reports after the first gateAfter wait for gate to close, when gate is set.
+	gate      chan struct{}
+	gateAfter int64
+	started   atomic.Int64
 
 	mu  sync.Mutex
 	ids map[string]int
@@ -52,6 +56,13 @@ func newRecordingStarter() *recordingStarter {
 }
 
 func (s *recordingStarter) Report(ctx context.Context, r message.FailureReport) error {
+	if s.gate != nil && s.started.Add(1) > s.gateAfter {
+		select {
+		case <-s.gate:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
 	if s.delay > 0 {
 		select {
 		case <-time.After(s.delay):
@@ -151,6 +162,25 @@ func newFixture(t *testing.T, cfg Config) *fixture {
 // connection so that the test can have the broker close exactly those.
 func (f *fixture) dial() (*amqp.Connection, error) {
 	c, err := broker.Dial(broker.Config{URL: amqpURL(), ConnectionName: f.connName})
+	if err != nil {
+		return nil, err
+	}
+	f.mu.Lock()
+	f.conns = append(f.conns, c)
+	f.mu.Unlock()
+	return c, nil
+}
+
+// dialWithRecovery enables amqp091's automatic connection recovery, retrying fast.
+func (f *fixture) dialWithRecovery() (*amqp.Connection, error) {
+	props := amqp.NewConnectionProperties()
+	props.SetClientConnectionName(f.connName)
+	c, err := amqp.DialConfig(amqpURL(), amqp.Config{
+		Properties: props,
+		Recovery: &amqp.Recovery{ReconnectionConfig: &amqp.ReconnectionConfig{
+			MaxRetryCount: 10, RetryInterval: time.Millisecond,
+		}},
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -347,6 +377,32 @@ func TestIntegrationDeadLetterPublishFailsRequeues(t *testing.T) {
 	assert.Equal(t, 0.0, outcomes(f.metrics, OutcomePoison))
 }
 
+func TestIntegrationShutdownLetsInFlightFinish(t *testing.T) {
+	f := newFixture(t, Config{ReportTimeout: 10 * time.Second})
+	f.starter.gate = make(chan struct{})
+	f.start()
+
+	f.publishRetry("inflight-1")
+	f.eventually("report in flight", 10*time.Second, func() bool { return f.starter.started.Load() == 1 })
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		f.stop()
+	}()
+	f.eventually("consumer cancelled", 10*time.Second, func() bool { return !f.bridge.Ready() })
+	select {
+	case <-stopped:
+		t.Fatal("Run returned with a report in flight")
+	case <-time.After(100 * time.Millisecond):
+	}
+	close(f.starter.gate)
+	<-stopped
+
+	assert.Equal(t, 1, f.starter.count("inflight-1"))
+	assert.Equal(t, 1.0, outcomes(f.metrics, OutcomeAccepted))
+	assert.Equal(t, 0, f.messages(f.ingress), "acked before the channel closed")
+}
+
 type failingPublisher struct{}
 
 func (failingPublisher) Publish(context.Context, string, string, bool, amqp.Publishing) error {
@@ -354,11 +410,28 @@ func (failingPublisher) Publish(context.Context, string, string, bool, amqp.Publ
 }
 
 func TestIntegrationConnectionClosedMidStream(t *testing.T) {
+	testConnectionClosedMidStream(t, false)
+}
+
+// With amqp091's automatic recovery switched on by the dial function, the bridge must still
+// treat the close as the end of the channel: the recovered channel restarts delivery tags.
+func TestIntegrationConnectionClosedMidStreamRecoveryDial(t *testing.T) {
+	testConnectionClosedMidStream(t, true)
+}
+
+func testConnectionClosedMidStream(t *testing.T, recovery bool) {
 	if _, err := exec.LookPath("rabbitmqctl"); err != nil {
 		t.Skip("rabbitmqctl not available")
 	}
-	f := newFixture(t, Config{Prefetch: 32, Workers: 8})
-	f.starter.delay = 2 * time.Millisecond
+	f := newFixture(t, Config{Prefetch: 32, Workers: 8, ReportTimeout: 20 * time.Second})
+	if recovery {
+		f.bridge.dial = f.dialWithRecovery
+	}
+	// Reports stall after 150 until the connection is gone: the close lands with handlers in
+	// flight and deliveries prefetched, the case where an ack on the wrong channel would bite.
+	f.starter.delay = time.Millisecond
+	f.starter.gateAfter = 150
+	f.starter.gate = make(chan struct{})
 	f.start()
 
 	const n = 500
@@ -390,9 +463,13 @@ func TestIntegrationConnectionClosedMidStream(t *testing.T) {
 		}
 	}()
 
-	f.eventually("stream under way", 20*time.Second, func() bool { return outcomes(f.metrics, OutcomeAccepted) >= 100 })
+	f.eventually("stream under way", 20*time.Second, func() bool { return f.starter.started.Load() >= 150+8 })
 	closed := f.closeBridgeConnections()
 	require.Positive(t, closed, "closed the bridge's connection")
+	f.eventually("in-flight deliveries of the closed channel dropped", 10*time.Second, func() bool {
+		return outcomes(f.metrics, OutcomeDroppedStale) >= 1
+	})
+	close(f.starter.gate)
 
 	allReported := func() bool {
 		for _, id := range ids {

@@ -80,7 +80,7 @@ func Run(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 		if err != nil {
 			return err
 		}
-		reporter := &workflows.Reporter{Client: tc, TaskQueue: cfg.TaskQueue, Retention: cfg.Retention, Eager: runWorker}
+		rep := &workflows.Reporter{Client: tc, TaskQueue: cfg.TaskQueue, Retention: cfg.Retention, Eager: runWorker}
 		b := bridge.New(bridge.Config{
 			Queue:           cfg.RetryQueue,
 			DeadLetterQueue: cfg.ManualReviewQueue,
@@ -91,7 +91,7 @@ func Run(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 				Resolver:               catalog,
 				DefaultDeadLetterQueue: cfg.ManualReviewQueue,
 			},
-		}, func() (*amqp.Connection, error) { return broker.Dial(bcfg) }, reporter, pub,
+		}, func() (*amqp.Connection, error) { return broker.Dial(bcfg) }, reporter{rep}, pub,
 			logger.With("component", "bridge"), bridge.NewMetrics(reg))
 		checks["bridge"] = func(context.Context) error {
 			if !b.Ready() {
