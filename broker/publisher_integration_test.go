@@ -197,7 +197,9 @@ func TestReconnectAfterConnectionClosed(t *testing.T) {
 	select {
 	case e := <-lost:
 		require.NotNil(t, e)
-		assert.Equal(t, amqp.ConnectionForced, e.Code)
+		// 320 when the broker's close frame is read first; 501 when a concurrent publish
+		// hits the reset socket first. Either way the connection is gone.
+		assert.Contains(t, []int{amqp.ConnectionForced, amqp.FrameError}, e.Code)
 	case <-time.After(30 * time.Second):
 		t.Fatal("connection close not observed")
 	}
