@@ -12,7 +12,7 @@ type Attempt struct {
 	HTTPStatus int       `json:"httpStatus,omitempty"`
 	Category   string    `json:"category"`
 	// RepublishedAt is when the retry that answered this failure was confirmed by the broker; zero if none was.
-	RepublishedAt time.Time `json:"republishedAt,omitempty"`
+	RepublishedAt time.Time `json:"republishedAt,omitzero"`
 	// RetryKey is the x-retry-key of that retry.
 	RetryKey string `json:"retryKey,omitempty"`
 }

@@ -39,7 +39,7 @@ type Properties struct {
 	ReplyTo         string `json:"reply_to,omitempty"`
 	Priority        uint8  `json:"priority,omitempty"`
 	// Timestamp is the original message's timestamp, zero when it had none.
-	Timestamp time.Time `json:"timestamp,omitempty"`
+	Timestamp time.Time `json:"timestamp,omitzero"`
 }
 
 // FailureReport is one arrival of "this message failed": the signal-with-start input and the

@@ -12,8 +12,15 @@ import (
 	"retry-scheduler/message"
 )
 
-// MetricRetriesExhausted counts messages moved to manual review after max retries (seed 000).
-const MetricRetriesExhausted = "retries_exhausted_total"
+// Counters RetryWorkflow emits through workflow.GetMetricsHandler (replay-safe), labelled by
+// the tag "queue" (the original queue). metrics.TemporalHandler routes them to Prometheus.
+const (
+	// MetricRetriesScheduled counts retries scheduled: a failure that starts a delay, or an
+	// operator's retry of a dead letter (seed 000).
+	MetricRetriesScheduled = "retries_scheduled_total"
+	// MetricRetriesExhausted counts messages moved to manual review after max retries (seed 000).
+	MetricRetriesExhausted = "retries_exhausted_total"
+)
 
 // Reporter hands failure reports to Temporal: it starts the message's workflow, or signals it
 // when it is already running. The workflow ID comes from the message, so duplicate deliveries

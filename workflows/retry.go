@@ -164,6 +164,7 @@ func (r *run) failed(rep message.FailureReport) {
 	}
 	s.NextRetryAt = now.Add(d.Delay)
 	s.Status = StatusScheduled
+	r.count(MetricRetriesScheduled)
 	workflow.GetLogger(r.ctx).Info("retry scheduled",
 		"message_id", s.Message.MessageID, "attempt", d.Attempt, "next_retry_at", s.NextRetryAt,
 		"category", d.Category, "outcome", "scheduled")
@@ -207,12 +208,16 @@ func (r *run) republish() {
 	var res activities.RepublishResult
 	err := workflow.ExecuteLocalActivity(workflow.WithLocalActivityOptions(r.ctx, republishOptions), acts.Republish, in).Get(r.ctx, &res)
 	if err != nil {
-		cause := CauseRepublishError
+		cause, detail := CauseRepublishError, err.Error()
 		var appErr *temporal.ApplicationError
-		if errors.As(err, &appErr) && appErr.Type() == activities.ErrTypeUnroutable {
-			cause = CauseUnroutable
+		if errors.As(err, &appErr) {
+			// The activity's own message; err.Error() repeats the whole wrapped chain.
+			detail = appErr.Message()
+			if appErr.Type() == activities.ErrTypeUnroutable {
+				cause = CauseUnroutable
+			}
 		}
-		r.toDead(cause, err.Error())
+		r.toDead(cause, detail)
 		return
 	}
 	s.RetryCount = attempt
@@ -265,9 +270,7 @@ func (r *run) toDead(cause, detail string) {
 		r.event("dead-letter-failed", "", err.Error())
 	}
 	if cause == policy.CauseExhausted {
-		// Replay-safe: the SDK's metrics handler records nothing while replaying.
-		workflow.GetMetricsHandler(r.ctx).WithTags(map[string]string{"queue": s.Message.OriginalQueue}).
-			Counter(MetricRetriesExhausted).Inc(1)
+		r.count(MetricRetriesExhausted)
 	}
 	workflow.GetLogger(r.ctx).Info("dead-lettered",
 		"message_id", s.Message.MessageID, "attempt", s.RetryCount, "cause", cause, "outcome", "dead",
@@ -318,6 +321,7 @@ func (r *run) waitDead() {
 	sel.AddFuture(workflow.NewTimer(timerCtx, remaining), func(workflow.Future) {
 		s.Status = StatusExpired
 		r.event("expired", "", "retention of "+r.retention.String()+" ended")
+		r.logClosed()
 		r.upsert()
 	})
 	sel.AddReceive(r.reports, func(c workflow.ReceiveChannel, _ bool) {
@@ -335,18 +339,24 @@ func (r *run) waitDead() {
 		s.DeadReason, s.DeadDetail, s.DeadAt = "", "", time.Time{}
 		s.NextRetryAt = workflow.Now(r.ctx)
 		s.Status = StatusRepublishing
+		r.count(MetricRetriesScheduled)
+		workflow.GetLogger(r.ctx).Info("retry scheduled",
+			"message_id", s.Message.MessageID, "attempt", 1, "next_retry_at", s.NextRetryAt,
+			"actor", a.Actor, "outcome", "scheduled")
 		r.upsert()
 	})
 	sel.AddReceive(r.resolve, func(c workflow.ReceiveChannel, _ bool) {
 		a := receiveAction(r.ctx, c)
 		r.event(SignalResolve, a.Actor, a.Reason)
 		s.Status = StatusResolved
+		r.logClosed()
 		r.upsert()
 	})
 	sel.AddReceive(r.discard, func(c workflow.ReceiveChannel, _ bool) {
 		a := receiveAction(r.ctx, c)
 		r.event(SignalDiscard, a.Actor, a.Reason)
 		s.Status = StatusDiscarded
+		r.logClosed()
 		r.upsert()
 	})
 	r.addRefusals(sel, r.skip)
@@ -363,7 +373,8 @@ func (r *run) addReports(sel workflow.Selector) {
 			r.state.DuplicateReports++
 			r.event("duplicate-report", "", why)
 			workflow.GetLogger(r.ctx).Info("duplicate report dropped",
-				"message_id", r.state.Message.MessageID, "retry_count", rep.RetryCount, "outcome", "duplicate")
+				"message_id", r.state.Message.MessageID, "attempt", r.state.RetryCount, "retry_count", rep.RetryCount,
+				"outcome", "duplicate")
 			return
 		}
 		r.failed(rep)
@@ -406,6 +417,20 @@ func receiveAction(ctx workflow.Context, c workflow.ReceiveChannel) OperatorActi
 		a.Actor = "unknown"
 	}
 	return a
+}
+
+// count increments one of the workflow's counters for the message's original queue.
+// Replay-safe: the SDK's metrics handler records nothing while replaying.
+func (r *run) count(name string) {
+	workflow.GetMetricsHandler(r.ctx).WithTags(map[string]string{"queue": r.state.Message.OriginalQueue}).
+		Counter(name).Inc(1)
+}
+
+// logClosed logs the end of a dead letter: resolved, discarded or expired.
+func (r *run) logClosed() {
+	s := &r.state
+	workflow.GetLogger(r.ctx).Info("dead letter closed",
+		"message_id", s.Message.MessageID, "attempt", s.RetryCount, "outcome", string(s.Status))
 }
 
 func (r *run) event(kind, actor, detail string) {

@@ -94,12 +94,12 @@ type State struct {
 	Category       string            `json:"category,omitempty"`
 	FirstFailureAt time.Time         `json:"first_failure_at"`
 	LastFailureAt  time.Time         `json:"last_failure_at"`
-	NextRetryAt    time.Time         `json:"next_retry_at,omitempty"`
+	NextRetryAt    time.Time         `json:"next_retry_at,omitzero"`
 	Attempts       []message.Attempt `json:"attempts"`
 	Events         []Event           `json:"events,omitempty"`
 	DeadReason     string            `json:"dead_reason,omitempty"`
 	DeadDetail     string            `json:"dead_detail,omitempty"`
-	DeadAt         time.Time         `json:"dead_at,omitempty"`
+	DeadAt         time.Time         `json:"dead_at,omitzero"`
 	// DuplicateReports counts reports that were dropped as redeliveries or stale.
 	DuplicateReports int    `json:"duplicate_reports"`
 	Service          string `json:"service,omitempty"`
