@@ -25,7 +25,7 @@ INTEGRATION_TIMEOUT ?= 30m
 export TEMPORAL_CLI
 export RABBITMQ_URL
 
-.PHONY: help tools rabbitmq build run test test-unit test-integration lint demo bench soak fuzz fuzz-short clean
+.PHONY: help tools chromium rabbitmq build run test test-unit test-integration lint demo bench soak fuzz fuzz-short clean
 
 help: ## List the targets
 	@echo "retry-scheduler: make <target>"
@@ -41,7 +41,17 @@ $(WORKFLOWCHECK):
 	@GOBIN=$(CACHE)/bin $(GO) install go.temporal.io/sdk/contrib/tools/workflowcheck@$(WORKFLOWCHECK_VERSION) \
 		|| echo "warning: workflowcheck did not install; make lint will skip it"
 
-tools: $(TEMPORAL_CLI) $(WORKFLOWCHECK) ## Install the Temporal CLI (dev server) and workflowcheck into $(CACHE)/bin
+tools: $(TEMPORAL_CLI) $(WORKFLOWCHECK) chromium ## Install the Temporal CLI (dev server) and workflowcheck into $(CACHE)/bin, and chromium
+
+# The ops page's browser test (e2e/browser_test.go) drives Debian's chromium; without it
+# the test skips with a message.
+chromium: ## Install Debian's chromium for the browser test, when missing and apt-get is usable
+	@if [ -x "$${CHROMIUM:-/usr/bin/chromium}" ]; then :; \
+	elif command -v apt-get >/dev/null 2>&1 && [ "$$(id -u)" = 0 ]; then \
+		echo "Installing chromium (for the ops page's browser test)"; \
+		apt-get install -y chromium >/dev/null || { apt-get update >/dev/null && apt-get install -y chromium >/dev/null; } \
+			|| echo "warning: chromium did not install; the browser test will skip"; \
+	else echo "chromium is not installed (apt-get install -y chromium): the browser test will skip"; fi
 
 rabbitmq: ## Make sure RabbitMQ answers at RABBITMQ_URL (starts a local rabbitmq-server if it can)
 	@hostport=$${RABBITMQ_URL#*://}; hostport=$${hostport##*@}; hostport=$${hostport%%/*}; hostport=$${hostport%%\?*}; \
@@ -67,7 +77,7 @@ build: ## Build all commands into bin/
 # The dev server is built, not `go run`: go run does not pass SIGTERM on, and would
 # leave the server behind. cmd/devserver reuses (exit 0) a healthy frontend already on
 # the port, in which case nothing is stopped at the end.
-run: tools rabbitmq ## Run locally: the Temporal dev server (UI on :8233) and `retry-scheduler all`
+run: $(TEMPORAL_CLI) rabbitmq ## Run locally: the Temporal dev server (UI on :8233) and `retry-scheduler all`
 	@set -uo pipefail; mkdir -p $(CACHE) bin; \
 	$(GO) build -o bin/devserver ./cmd/devserver || exit 1; \
 	addr_file=$(CACHE)/devserver.addr; rm -f $$addr_file; \
@@ -82,7 +92,12 @@ run: tools rabbitmq ## Run locally: the Temporal dev server (UI on :8233) and `r
 	[ -s $$addr_file ] || { echo "The Temporal dev server did not answer within 90s; see $(CACHE)/devserver.log" >&2; exit 1; }; \
 	addr=$$(cat $$addr_file); \
 	echo "Temporal at $$addr; Web UI http://127.0.0.1:$$(( $(TEMPORAL_PORT) + 1000 )) (dev server log: $(CACHE)/devserver.log)"; \
-	TEMPORAL_ADDRESS=$$addr $(GO) run ./cmd/retry-scheduler all
+	api_tokens=$${API_TOKENS:-}; \
+	if [ -z "$$api_tokens" ] && [ -z "$${API_TOKENS_FILE:-}" ] && [ "$${API_AUTH:-}" != off ]; then \
+		dev_token=$$(head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n'); api_tokens="dev:admin=$$dev_token"; \
+		echo "Ops page http://127.0.0.1:$${HTTP_PORT:-8086}/ - sign in with this run's admin token: $$dev_token"; \
+	fi; \
+	API_TOKENS=$$api_tokens TEMPORAL_ADDRESS=$$addr $(GO) run ./cmd/retry-scheduler all
 
 test: tools rabbitmq ## go vet, unit tests, integration tests on one dev server, short fuzz runs
 	@status=0; \
@@ -150,8 +165,8 @@ lint: $(WORKFLOWCHECK) ## go vet, gofmt, workflowcheck ./workflows/..., docker c
 demo: ## Inject demo traffic with the starter (run `make run` in another terminal first)
 	$(GO) run ./starter demo
 
-bench: ## Benchmark (go run ./bench)
-	@if [ -d bench ]; then $(GO) run ./bench; else echo "bench: not yet (no ./bench)"; fi
+bench: $(TEMPORAL_CLI) rabbitmq ## Benchmark: ceiling, ladder, sustained, burst (~10 min; flags in BENCH_FLAGS, see bench/README.md)
+	$(GO) run ./bench $(BENCH_FLAGS)
 
 soak: ## Soak test (go run ./soak)
 	@if [ -d soak ]; then $(GO) run ./soak; else echo "soak: not yet (no ./soak)"; fi

@@ -179,6 +179,14 @@ func Decode(d Delivery, opts DecodeOptions) (message.FailureReport, error) {
 	default:
 		err = &PoisonError{Kind: KindPoison, Reason: reasonNotRetryMessage}
 	}
+	if err == nil {
+		// headersize.go: a report whose headers could never be republished is poison now,
+		// not a publish that fails for a day.
+		if pe := headersTooLarge(rep.Message.Headers); pe != nil {
+			pe.OriginalQueue, pe.MessageID = rep.Message.OriginalQueue, rep.Message.MessageID
+			err = pe
+		}
+	}
 	if err != nil {
 		var pe *PoisonError
 		if errors.As(err, &pe) && pe.MessageID == "" {

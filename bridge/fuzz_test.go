@@ -35,6 +35,9 @@ func checkDecoded(t *testing.T, d Delivery) {
 	if _, err := json.Marshal(rep); err != nil {
 		t.Fatalf("report does not encode as JSON: %v", err)
 	}
+	if n := tableSize(rep.Message.Headers); n > MaxHeaderBytes {
+		t.Fatalf("accepted headers of %d bytes: the republish could not carry them", n)
+	}
 }
 
 func FuzzDecodeJSON(f *testing.F) {

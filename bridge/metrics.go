@@ -37,9 +37,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"outcome"}),
 		// Labelled by original queue: queue names are operator-controlled, so the cardinality
 		// is bounded by the topology, not by traffic.
+		// Not retries_scheduled_total: an accepted report may be a redelivery or the failure
+		// that ends in dead; RetryWorkflow counts the retries it actually schedules.
 		scheduled: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "retries_scheduled_total",
-			Help: "Failure reports accepted by Temporal, by original queue (seed 000).",
+			Name: "bridge_failure_reports_total",
+			Help: "Failure reports accepted by Temporal, by original queue (duplicates and reports that end in dead included).",
 		}, []string{"queue"}),
 	}
 	if reg != nil {

@@ -25,6 +25,12 @@ const (
 	ModeBridge = "bridge"
 )
 
+// Values of APIAuth.
+const (
+	APIAuthTokens = "tokens"
+	APIAuthOff    = "off"
+)
+
 // Queue types.
 const (
 	QueueClassic = "classic"
@@ -108,9 +114,68 @@ type Config struct {
 	// LogLevel is debug, info, warn or error. Env LOG_LEVEL, flag -log-level.
 	// Defaults to "info".
 	LogLevel string
+	// MetricsInterval is how often the depth gauges (retry_queue_depth, retry_due,
+	// dead_letter_depth, dead_letter_oldest_age_seconds) are refreshed from Temporal
+	// visibility counts, where the bridge runs. Env METRICS_INTERVAL, flag -metrics-interval.
+	// Defaults to 15s.
+	MetricsInterval time.Duration
 	// QueueType is the type of the queues this service declares: classic or quorum.
 	// Env QUEUE_TYPE, flag -queue-type. Defaults to "classic".
 	QueueType string
+
+	// Operators' API (ops/README.md).
+
+	// APITokens are the API's bearer tokens, "name:role[:tenant]=token,..." with role viewer,
+	// operator or admin (secret: never shown). Env API_TOKENS, flag -api-tokens. Defaults to
+	// "" (none).
+	APITokens string
+	// APITokensFile holds more tokens, one "name:role[:tenant]=token" per line ("#" comments).
+	// Env API_TOKENS_FILE, flag -api-tokens-file. Defaults to "" (none).
+	APITokensFile string
+	// APIAuth is "tokens" (bearer tokens required; with none configured the API answers 401)
+	// or "off" (development only: every caller is an admin). Env API_AUTH, flag -api-auth.
+	// Defaults to "tokens".
+	APIAuth string
+	// ReplayRate is how many signals per second a dead-letter replay or purge sends. Env
+	// REPLAY_RATE, flag -replay-rate. Defaults to 20.
+	ReplayRate int
+
+	// Security settings (security.go, SECURITY.md). Secrets (TemporalAPIKey, PayloadKeys,
+	// CodecToken) never appear in String, Usage or error messages.
+
+	// RabbitMQCAFile is the PEM CA bundle that verifies the broker's certificate (amqps).
+	// Env RABBITMQ_CA_FILE, flag -rabbitmq-ca-file. Defaults to "" (the system roots).
+	RabbitMQCAFile string
+	// RabbitMQCertFile and RabbitMQKeyFile are the client certificate and key for amqps
+	// (mutual TLS). Env RABBITMQ_CERT_FILE / RABBITMQ_KEY_FILE. Defaults to "" (none).
+	RabbitMQCertFile, RabbitMQKeyFile string
+	// TemporalTLS is auto, true or false; auto means TLS when a CA file, client certificate,
+	// server name or API key is set. Env TEMPORAL_TLS, flag -temporal-tls. Defaults to "auto".
+	TemporalTLS string
+	// TemporalCAFile is the PEM CA bundle that verifies Temporal's certificate. Env
+	// TEMPORAL_CA_FILE. Defaults to "" (the system roots).
+	TemporalCAFile string
+	// TemporalCertFile and TemporalKeyFile are the client certificate and key for mTLS.
+	// Env TEMPORAL_CERT_FILE / TEMPORAL_KEY_FILE. Defaults to "" (none).
+	TemporalCertFile, TemporalKeyFile string
+	// TemporalServerName is the name Temporal's certificate is verified against. Env
+	// TEMPORAL_SERVER_NAME. Defaults to "" (the TEMPORAL_ADDRESS host).
+	TemporalServerName string
+	// TemporalAPIKey is sent to Temporal as a bearer API key (secret). Env TEMPORAL_API_KEY.
+	// Defaults to "" (none).
+	TemporalAPIKey string
+	// PayloadKeys are the AES-256 keys of the payload codec, "id=base64key,..." (secret).
+	// Env PAYLOAD_KEYS. Defaults to "" (payloads are not encrypted).
+	PayloadKeys string
+	// PayloadKeyID names the key new payloads are sealed with. Env PAYLOAD_KEY_ID. Defaults
+	// to the only key of PayloadKeys.
+	PayloadKeyID string
+	// CodecToken is the bearer token of the codec endpoint /codec/ (secret); the endpoint is
+	// served only when it and PayloadKeys are set. Env CODEC_TOKEN. Defaults to "" (no endpoint).
+	CodecToken string
+	// CodecCORSOrigins are the Web UI origins allowed to call the codec endpoint from a
+	// browser, comma-separated. Env CODEC_CORS_ORIGINS. Defaults to the local dev server's UI.
+	CodecCORSOrigins string
 }
 
 // Default returns the configuration with every default.
@@ -136,7 +201,12 @@ func Default() Config {
 		ServiceName:       "retry-scheduler",
 		ServiceVersion:    "dev",
 		LogLevel:          "info",
+		MetricsInterval:   15 * time.Second,
 		QueueType:         QueueClassic,
+		APIAuth:           APIAuthTokens,
+		ReplayRate:        20,
+		TemporalTLS:       TLSAuto,
+		CodecCORSOrigins:  DefaultCodecOrigins,
 	}
 }
 
@@ -273,8 +343,25 @@ var settings = func() []setting {
 	add("SERVICE_VERSION", "service-version", "service version, likewise", set, show)
 	set, show = lower(func(c *Config) *string { return &c.LogLevel })
 	add("LOG_LEVEL", "log-level", "debug, info, warn or error", set, show)
+	dset, dshow = duration(func(c *Config) *time.Duration { return &c.MetricsInterval })
+	add("METRICS_INTERVAL", "metrics-interval", "how often depth gauges are refreshed from Temporal visibility", dset, dshow)
 	set, show = lower(func(c *Config) *string { return &c.QueueType })
 	add("QUEUE_TYPE", "queue-type", "type of declared queues: classic or quorum", set, show)
+	set, _ = str(func(c *Config) *string { return &c.APITokens })
+	add("API_TOKENS", "api-tokens", "ops API bearer tokens: name:role[:tenant]=token,... (secret: prefer the environment)", set,
+		func(c Config) string {
+			if c.APITokens == "" {
+				return ""
+			}
+			return "xxxxx"
+		})
+	set, show = str(func(c *Config) *string { return &c.APITokensFile })
+	add("API_TOKENS_FILE", "api-tokens-file", "file of ops API tokens, one name:role[:tenant]=token per line", set, show)
+	set, show = lower(func(c *Config) *string { return &c.APIAuth })
+	add("API_AUTH", "api-auth", "ops API authentication: tokens, or off (development only)", set, show)
+	iset, ishow = integer(func(c *Config) *int { return &c.ReplayRate })
+	add("REPLAY_RATE", "replay-rate", "signals per second of a dead-letter replay or purge", iset, ishow)
+	s = append(s, securitySettings()...)
 	return s
 }()
 
@@ -436,11 +523,23 @@ func (c Config) Validate() error {
 	default:
 		bad("LOG_LEVEL: unknown level %q (want debug, info, warn or error)", c.LogLevel)
 	}
+	if c.MetricsInterval <= 0 {
+		bad("METRICS_INTERVAL (%s) must be above 0", c.MetricsInterval)
+	}
 	switch c.QueueType {
 	case QueueClassic, QueueQuorum:
 	default:
 		bad("QUEUE_TYPE: unknown queue type %q (want classic or quorum)", c.QueueType)
 	}
+	switch c.APIAuth {
+	case APIAuthTokens, APIAuthOff:
+	default:
+		bad("API_AUTH: unknown value %q (want tokens or off)", c.APIAuth)
+	}
+	if c.ReplayRate < 1 || c.ReplayRate > 10000 {
+		bad("REPLAY_RATE (%d) must be between 1 and 10000", c.ReplayRate)
+	}
+	errs = append(errs, c.validateSecurity()...)
 	return errors.Join(errs...)
 }
 

@@ -45,7 +45,12 @@ func TestDefaults(t *testing.T) {
 		ServiceName:       "retry-scheduler",
 		ServiceVersion:    "dev",
 		LogLevel:          "info",
+		MetricsInterval:   15 * time.Second,
 		QueueType:         "classic",
+		APIAuth:           "tokens",
+		ReplayRate:        20,
+		TemporalTLS:       "auto",
+		CodecCORSOrigins:  DefaultCodecOrigins,
 	}
 	assert.Equal(t, want, c)
 	require.NoError(t, Default().Validate())
@@ -87,7 +92,12 @@ func TestEnvAndFlags(t *testing.T) {
 		{"SERVICE_NAME", "svc-env", "service-name", "svc-flag", func(c Config) any { return c.ServiceName }, "svc-env", "svc-flag"},
 		{"SERVICE_VERSION", "1.2.3", "service-version", "1.2.4", func(c Config) any { return c.ServiceVersion }, "1.2.3", "1.2.4"},
 		{"LOG_LEVEL", "DEBUG", "log-level", "warn", func(c Config) any { return c.LogLevel }, "debug", "warn"},
+		{"METRICS_INTERVAL", "30s", "metrics-interval", "1m", func(c Config) any { return c.MetricsInterval }, 30 * time.Second, time.Minute},
 		{"QUEUE_TYPE", "quorum", "queue-type", "classic", func(c Config) any { return c.QueueType }, "quorum", "classic"},
+		{"API_TOKENS", "a:viewer=0123456789abcdef", "api-tokens", "b:admin=fedcba9876543210", func(c Config) any { return c.APITokens }, "a:viewer=0123456789abcdef", "b:admin=fedcba9876543210"},
+		{"API_TOKENS_FILE", "/etc/tokens", "api-tokens-file", "./tokens", func(c Config) any { return c.APITokensFile }, "/etc/tokens", "./tokens"},
+		{"API_AUTH", "OFF", "api-auth", "tokens", func(c Config) any { return c.APIAuth }, "off", "tokens"},
+		{"REPLAY_RATE", "5", "replay-rate", "50", func(c Config) any { return c.ReplayRate }, 5, 50},
 	}
 	covered := map[string]bool{}
 	for _, tt := range tests {
@@ -107,7 +117,8 @@ func TestEnvAndFlags(t *testing.T) {
 		})
 	}
 	for _, st := range settings {
-		assert.True(t, covered[st.env], "setting %s has no test", st.env)
+		// The security settings need files and each other: TestSecurityEnvAndFlags has them.
+		assert.True(t, covered[st.env] || securityTested[st.env], "setting %s has no test", st.env)
 	}
 }
 
@@ -246,4 +257,19 @@ func TestString(t *testing.T) {
 	assert.NotContains(t, c.String(), "secret")
 	assert.Equal(t, "(unparseable URL)", RedactURL(c.RabbitMQURL))
 	assert.Equal(t, "amqp://mq/", RedactURL("amqp://mq/"))
+}
+
+// API tokens never show in String or Usage; API_AUTH and REPLAY_RATE are checked.
+func TestAPISettings(t *testing.T) {
+	c, err := Load([]string{"-api-tokens", "alice:admin=s3cr3t-token-0123456789"}, nil)
+	require.NoError(t, err)
+	assert.NotContains(t, c.String(), "s3cr3t")
+	assert.Contains(t, c.String(), `API_TOKENS="xxxxx"`)
+	assert.Equal(t, APIAuthTokens, c.APIAuth)
+	assert.Equal(t, 20, c.ReplayRate)
+
+	_, err = Load([]string{"-api-auth", "maybe", "-replay-rate", "0"}, nil)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "API_AUTH")
+	assert.Contains(t, err.Error(), "REPLAY_RATE")
 }

@@ -3,8 +3,10 @@
 package metrics
 
 import (
+	"errors"
 	"io"
 	"time"
+	"unicode"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -22,8 +24,9 @@ func NewRegistry() *prometheus.Registry {
 	return reg
 }
 
-// TemporalHandler reports the SDK's metrics (and replay-safe metrics from workflow code) to
-// reg through tally. Close the returned closer on shutdown to flush.
+// TemporalHandler reports the SDK's metrics to reg through tally, and RetryWorkflow's own
+// replay-safe counters (retries_scheduled_total, retries_exhausted_total) to plain collectors
+// on reg. Close the returned closer on shutdown to flush.
 func TemporalHandler(reg *prometheus.Registry, onError func(error)) (sdkmetrics.MetricsHandler, io.Closer) {
 	// NewReporter, not Configuration.NewReporter: the latter also registers /metrics on
 	// http.DefaultServeMux, a hidden global that panics on the second call in one process.
@@ -36,7 +39,34 @@ func TemporalHandler(reg *prometheus.Registry, onError func(error)) (sdkmetrics.
 	scope, closer := tally.NewRootScope(tally.ScopeOptions{
 		CachedReporter:  reporter,
 		Separator:       tallyprom.DefaultSeparator,
-		SanitizeOptions: &sdktally.PrometheusSanitizeOptions,
+		SanitizeOptions: &sanitizeOptions,
 	}, time.Second)
-	return sdktally.NewMetricsHandler(scope), closer
+	// The naming scope gives the SDK's counters "_total" and its timers (histograms of
+	// seconds) "_seconds", as Prometheus names them and Temporal's dashboards expect.
+	return newWorkflowHandler(sdktally.NewMetricsHandler(sdktally.NewPrometheusNamingScope(scope)), reg), closer
+}
+
+// sanitizeOptions are the SDK's Prometheus rules for metric names and label names, but keep
+// label values as they are: Prometheus takes any UTF-8 there, and the SDK's options would
+// turn the task queue "retry-scheduler" into "retry_scheduler".
+var sanitizeOptions = tally.SanitizeOptions{
+	NameCharacters:       sdktally.PrometheusSanitizeOptions.NameCharacters,
+	KeyCharacters:        sdktally.PrometheusSanitizeOptions.KeyCharacters,
+	ValueCharacters:      tally.ValidCharacters{Ranges: []tally.SanitizeRange{{0, unicode.MaxRune}}},
+	ReplacementCharacter: tally.DefaultReplacementCharacter,
+}
+
+// register registers c on reg, or returns the collector reg already has under the same
+// description, so that building a component twice on one registry does not panic.
+func register[C prometheus.Collector](reg prometheus.Registerer, c C) C {
+	if err := reg.Register(c); err != nil {
+		var are prometheus.AlreadyRegisteredError
+		if errors.As(err, &are) {
+			if existing, ok := are.ExistingCollector.(C); ok {
+				return existing
+			}
+		}
+		panic(err)
+	}
+	return c
 }

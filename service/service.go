@@ -13,6 +13,7 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/log"
 	"golang.org/x/sync/errgroup"
 
 	"retry-scheduler/activities"
@@ -28,23 +29,38 @@ import (
 
 // Run runs the configured mode until ctx is done, then shuts down gracefully.
 func Run(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
+	runOps := cfg.Mode == "all" || cfg.Mode == "bridge"
+	var auth *ops.Auth
+	if runOps {
+		var err error
+		if auth, err = opsAuth(cfg, logger.With("component", "ops")); err != nil {
+			return err
+		}
+	}
 	reg := metrics.NewRegistry()
 	handler, closer := metrics.TemporalHandler(reg, func(err error) { logger.Warn("register sdk metric", "error", err) })
 	defer closer.Close()
 
-	tc, err := client.Dial(client.Options{
-		HostPort:       cfg.TemporalAddress,
-		Namespace:      cfg.Namespace,
-		Logger:         logger.With("component", "temporal"),
-		MetricsHandler: handler,
-	})
+	// Address, namespace, TLS/mTLS, API key and payload codec: security.go.
+	topts, err := TemporalOptions(cfg)
+	if err != nil {
+		return err
+	}
+	topts.Logger = log.NewStructuredLogger(logger.With("component", "temporal"))
+	topts.MetricsHandler = handler
+	tc, err := client.Dial(topts)
 	if err != nil {
 		return fmt.Errorf("connect to temporal at %s: %w", cfg.TemporalAddress, err)
 	}
 	defer tc.Close()
 
+	rabbitTLS, err := cfg.RabbitMQTLS()
+	if err != nil {
+		return err
+	}
 	bcfg := broker.Config{
 		URL:            cfg.RabbitMQURL,
+		TLS:            rabbitTLS,
 		ConnectionName: cfg.ServiceName + "-" + cfg.Mode,
 		PublishTimeout: cfg.PublishTimeout,
 		QueueType:      cfg.QueueType,
@@ -100,11 +116,29 @@ func Run(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 			return nil
 		}
 		g.Go(func() error { return b.Run(ctx) })
+		// The depth gauges come from visibility counts: one poller where the bridge runs.
+		depth := metrics.NewDepthPoller(metrics.DepthConfig{
+			Client: tc, TaskQueue: cfg.TaskQueue, Interval: cfg.MetricsInterval,
+			Logger: logger.With("component", "depth"),
+		}, reg)
+		g.Go(func() error { return depth.Run(ctx) })
 	}
 
+	mux := ops.Handler(reg, checks)
+	if runOps {
+		if err := mountOpsAPI(mux, cfg, tc, auth, logger.With("component", "ops")); err != nil {
+			return err
+		}
+	}
+	// The payload codec endpoint for the Web UI and CLI, when PAYLOAD_KEYS and CODEC_TOKEN are set.
+	if h, err := codecHandler(cfg); err != nil {
+		return err
+	} else if h != nil {
+		mux.Handle(CodecPath, h)
+	}
 	srv := &http.Server{
 		Addr:              cfg.HTTPAddr,
-		Handler:           ops.Handler(reg, checks),
+		Handler:           mux,
 		ReadHeaderTimeout: 5 * time.Second,
 	}
 	g.Go(func() error {

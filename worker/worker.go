@@ -45,14 +45,22 @@ func (o Options) withDefaults() Options {
 // runs it (Start/Stop or Run).
 func New(c client.Client, o Options, acts *activities.Activities) sdkworker.Worker {
 	o = o.withDefaults()
-	w := sdkworker.New(c, o.TaskQueue, sdkworker.Options{
-		WorkerStopTimeout:                       o.StopTimeout,
-		MaxConcurrentWorkflowTaskPollers:        o.WorkflowPollers,
-		MaxConcurrentLocalActivityExecutionSize: o.MaxConcurrentLocalActivities,
-	})
+	w := sdkworker.New(c, o.TaskQueue, SDKOptions(o))
 	RegisterWorkflows(w)
 	w.RegisterActivity(acts)
 	return w
+}
+
+// SDKOptions are the SDK worker options New uses for o (defaults applied). The benchmark's
+// bare-engine probe (./bench) runs on them too, so that its ceiling is measured with the
+// service's own worker settings.
+func SDKOptions(o Options) sdkworker.Options {
+	o = o.withDefaults()
+	return sdkworker.Options{
+		WorkerStopTimeout:                       o.StopTimeout,
+		MaxConcurrentWorkflowTaskPollers:        o.WorkflowPollers,
+		MaxConcurrentLocalActivityExecutionSize: o.MaxConcurrentLocalActivities,
+	}
 }
 
 // RegisterWorkflows puts the workflows on a registry: a worker, or a replayer in tests.

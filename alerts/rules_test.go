@@ -1,0 +1,123 @@
+// Package alerts holds the Prometheus rules for retry-scheduler (retry-scheduler.rules.yml)
+// and their promtool unit tests; this test checks them without and, when promtool is on the
+// PATH (Debian's prometheus package has it), with promtool.
+package alerts
+
+import (
+	"os"
+	"os/exec"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"gopkg.in/yaml.v3"
+)
+
+const rulesFile = "retry-scheduler.rules.yml"
+
+type ruleFile struct {
+	Groups []struct {
+		Name  string `yaml:"name"`
+		Rules []struct {
+			Record      string            `yaml:"record"`
+			Alert       string            `yaml:"alert"`
+			Expr        string            `yaml:"expr"`
+			For         string            `yaml:"for"`
+			Labels      map[string]string `yaml:"labels"`
+			Annotations map[string]string `yaml:"annotations"`
+		} `yaml:"rules"`
+	} `yaml:"groups"`
+}
+
+// exported are the series the service exports that the rules may use (metrics/README.md).
+var exported = map[string]bool{
+	"dead_letters_total": true, "bridge_deliveries_total": true, "retry_lateness_seconds_bucket": true,
+	"dead_letter_oldest_age_seconds": true, "dead_letter_depth": true, "depth_poll_last_success_timestamp_seconds": true,
+	"retry_queue_depth": true, "retry_due": true, "retries_exhausted_total": true, "retries_scheduled_total": true,
+	"retries_executed_total": true, "depth_poll_errors_total": true,
+}
+
+func TestRulesFile(t *testing.T) {
+	b, err := os.ReadFile(rulesFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var f ruleFile
+	dec := yaml.NewDecoder(strings.NewReader(string(b)))
+	dec.KnownFields(true)
+	if err := dec.Decode(&f); err != nil {
+		t.Fatalf("%s: %v", rulesFile, err)
+	}
+
+	records := map[string]bool{}
+	alerts := map[string]string{} // name -> expr
+	metricName := regexp.MustCompile(`[a-zA-Z_:][a-zA-Z0-9_:]*`)
+	for _, g := range f.Groups {
+		for _, r := range g.Rules {
+			if (r.Record == "") == (r.Alert == "") {
+				t.Errorf("group %s: a rule must have exactly one of record and alert: %+v", g.Name, r)
+			}
+			if strings.TrimSpace(r.Expr) == "" {
+				t.Errorf("%s%s: empty expr", r.Record, r.Alert)
+			}
+			// Every series the expression names is one the service exports or a recording rule.
+			for _, m := range metricName.FindAllString(r.Expr, -1) {
+				if strings.HasSuffix(m, "_total") || strings.HasSuffix(m, "_seconds") || strings.HasSuffix(m, "_bucket") ||
+					strings.HasSuffix(m, "_depth") || strings.HasPrefix(m, "retry_scheduler:") {
+					if !exported[m] && !records[m] {
+						t.Errorf("%s%s: %s is neither exported nor recorded above", r.Record, r.Alert, m)
+					}
+				}
+			}
+			if r.Record != "" {
+				records[r.Record] = true
+				continue
+			}
+			alerts[r.Alert] = r.Expr
+			if _, err := time.ParseDuration(r.For); err != nil {
+				t.Errorf("%s: for %q: %v", r.Alert, r.For, err)
+			}
+			if s := r.Labels["severity"]; s != "warning" && s != "critical" {
+				t.Errorf("%s: severity %q", r.Alert, s)
+			}
+			if r.Annotations["summary"] == "" || r.Annotations["description"] == "" {
+				t.Errorf("%s: needs a summary and a description", r.Alert)
+			}
+		}
+	}
+
+	// Seed 004's thresholds, and the lateness SLO.
+	for name, want := range map[string]string{
+		"RetrySchedulerDeadLetterInflowHigh": "> 10",
+		"RetrySchedulerDeadLetterStale":      "> 48 * 3600",
+		"RetrySchedulerDeadLetterDepthHigh":  "> 1000",
+		"RetrySchedulerRetryLatenessHigh":    "> 5",
+	} {
+		expr, ok := alerts[name]
+		if !ok {
+			t.Errorf("alert %s missing", name)
+			continue
+		}
+		if !strings.HasSuffix(strings.TrimSpace(expr), want) {
+			t.Errorf("%s: expr %q does not end with %q", name, expr, want)
+		}
+	}
+}
+
+// With promtool: the file is valid PromQL and the rules' unit tests pass.
+func TestRulesWithPromtool(t *testing.T) {
+	promtool, err := exec.LookPath("promtool")
+	if err != nil {
+		t.Skip("promtool not on PATH (apt-get install prometheus)")
+	}
+	for _, args := range [][]string{
+		{"check", "rules", rulesFile},
+		{"test", "rules", "retry-scheduler.rules.test.yml"},
+	} {
+		out, err := exec.Command(promtool, args...).CombinedOutput()
+		if err != nil {
+			t.Errorf("promtool %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+	}
+}

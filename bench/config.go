@@ -1,0 +1,197 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"retry-scheduler/devserver"
+)
+
+// Phases, in the order they run.
+const (
+	phaseCeiling   = "ceiling"
+	phaseLadder    = "ladder"
+	phaseSustained = "sustained"
+	phaseBurst     = "burst"
+)
+
+var allPhases = []string{phaseCeiling, phaseLadder, phaseSustained, phaseBurst}
+
+// defaultDynamicConfig is passed to the dev server on top of the flags `make run` uses
+// (devserver.Server.Args). One task-queue partition: with four (the server's default) the
+// workflow-task pollers are spread over partitions that mostly hold nothing, and tasks that
+// miss the sticky queue wait for a forward between partitions (measured: see README).
+var defaultDynamicConfig = []string{
+	"matching.numTaskqueueReadPartitions=1",
+	"matching.numTaskqueueWritePartitions=1",
+}
+
+// options is the benchmark's whole configuration, from flags (and RABBITMQ_URL).
+type options struct {
+	// Phases to run, a subset of allPhases, run in allPhases order.
+	Phases []string
+	// Steps are the rates (per second) of the ceiling and ladder phases, rising.
+	Steps []int
+	// StepDuration is how long each ceiling/ladder step offers load.
+	StepDuration time.Duration
+	// Rate and Duration shape the sustained phase.
+	Rate     int
+	Duration time.Duration
+	// BurstRate and BurstDuration shape the burst phase.
+	BurstRate     int
+	BurstDuration time.Duration
+	// Delay is the retry delay of the bench policy and the ceiling workflow's sleep.
+	Delay time.Duration
+	// QuietWindow is the bench policy's quiet window.
+	QuietWindow time.Duration
+	// P99Target and KeepUp decide whether a step passes: p99 lateness at most P99Target and
+	// throughput at least KeepUp × the offered rate (and, for the pipeline, nothing lost).
+	P99Target time.Duration
+	KeepUp    float64
+	// StopOnFail ends a ceiling or ladder run at its first failing step.
+	StopOnFail bool
+	// DrainTimeout bounds the wait for the last arrivals after a step's load ends; what has
+	// not arrived by then counts as lost.
+	DrainTimeout time.Duration
+	// Publishers is how many goroutines publish (ingress) or start workflows (ceiling).
+	Publishers int
+	// RabbitMQURL is the broker.
+	RabbitMQURL string
+	// TemporalCLI is the binary the dev server runs.
+	TemporalCLI string
+	// DynamicConfig are KEY=VALUE pairs for the dev server's --dynamic-config-value.
+	DynamicConfig []string
+	// ServiceLogLevel is the service's LOG_LEVEL (its log goes to a file).
+	ServiceLogLevel string
+	// ServiceEnv are extra KEY=VALUE settings for the service process (BRIDGE_WORKERS=32, ...).
+	ServiceEnv []string
+	// ResultsDir receives <UTC timestamp>.json; "" writes no file.
+	ResultsDir string
+	// Note is free text stored in the JSON (what was changed for an A/B run).
+	Note string
+}
+
+// listFlag is a repeatable string flag.
+type listFlag struct {
+	vals []string
+	set  bool
+}
+
+func (l *listFlag) String() string { return strings.Join(l.vals, " ") }
+
+func (l *listFlag) Set(v string) error {
+	if !l.set {
+		l.vals, l.set = nil, true // the first use replaces the default
+	}
+	l.vals = append(l.vals, v)
+	return nil
+}
+
+func parseConfig(args []string, stderr io.Writer) (options, error) {
+	c := options{}
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	phases := fs.String("phases", strings.Join(allPhases, ","), "phases to run, comma-separated: "+strings.Join(allPhases, ","))
+	steps := fs.String("steps", "25,50,75,100,125,150,200", "rates (/s) of the ceiling and ladder steps, rising")
+	fs.DurationVar(&c.StepDuration, "step-duration", 20*time.Second, "load time of each ceiling/ladder step (default: the smaller of 20s and -duration)")
+	fs.IntVar(&c.Rate, "rate", 50, "sustained: failed messages per second")
+	fs.DurationVar(&c.Duration, "duration", 120*time.Second, "sustained: how long to publish")
+	fs.IntVar(&c.BurstRate, "burst-rate", 200, "burst: failed messages per second")
+	fs.DurationVar(&c.BurstDuration, "burst-duration", 30*time.Second, "burst: how long to publish")
+	fs.DurationVar(&c.Delay, "delay", time.Second, "retry delay of the bench policy, and the ceiling workflow's sleep")
+	fs.DurationVar(&c.QuietWindow, "quiet-window", 2*time.Second, "quiet window of the bench policy")
+	fs.DurationVar(&c.P99Target, "p99-target", 250*time.Millisecond, "a step passes with p99 lateness at most this")
+	fs.Float64Var(&c.KeepUp, "keep-up", 0.95, "a step passes with throughput at least this × its rate")
+	fs.BoolVar(&c.StopOnFail, "stop-on-fail", true, "end a ceiling/ladder run at its first failing step")
+	fs.DurationVar(&c.DrainTimeout, "drain-timeout", 120*time.Second, "wait at most this for the last arrivals after the load ends (then: lost)")
+	fs.IntVar(&c.Publishers, "publishers", 16, "concurrent publishers (ingress) / workflow starters (ceiling)")
+	fs.StringVar(&c.RabbitMQURL, "rabbitmq-url", envOr("RABBITMQ_URL", "amqp://guest:guest@127.0.0.1:5672/"), "RabbitMQ (env RABBITMQ_URL)")
+	fs.StringVar(&c.TemporalCLI, "temporal-cli", devserver.DefaultBinary(), "Temporal CLI for the dev server (env TEMPORAL_CLI)")
+	dyn := &listFlag{vals: slices.Clone(defaultDynamicConfig)}
+	fs.Var(dyn, "dynamic-config", "dev server --dynamic-config-value KEY=VALUE, repeatable; the first use replaces the defaults ("+strings.Join(defaultDynamicConfig, " ")+"); -dynamic-config none passes none")
+	fs.StringVar(&c.ServiceLogLevel, "service-log-level", "info", "LOG_LEVEL of the service process")
+	env := &listFlag{}
+	fs.Var(env, "service-env", "extra KEY=VALUE setting of the service process (e.g. BRIDGE_WORKERS=32), repeatable")
+	fs.StringVar(&c.ResultsDir, "results-dir", "bench/results", "directory for the JSON result (\"\" = none)")
+	fs.StringVar(&c.Note, "note", "", "free text stored in the JSON result (what this run changed)")
+	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	if fs.NArg() > 0 {
+		return c, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if !set["step-duration"] && c.Duration < c.StepDuration {
+		c.StepDuration = c.Duration
+	}
+
+	var errs []error
+	for _, p := range strings.Split(*phases, ",") {
+		p = strings.TrimSpace(p)
+		if !slices.Contains(allPhases, p) {
+			errs = append(errs, fmt.Errorf("-phases: unknown phase %q", p))
+			continue
+		}
+		if !slices.Contains(c.Phases, p) {
+			c.Phases = append(c.Phases, p)
+		}
+	}
+	slices.SortFunc(c.Phases, func(a, b string) int { return slices.Index(allPhases, a) - slices.Index(allPhases, b) })
+	for _, s := range strings.Split(*steps, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil || n <= 0 {
+			errs = append(errs, fmt.Errorf("-steps: %q is not a positive rate", s))
+			continue
+		}
+		c.Steps = append(c.Steps, n)
+	}
+	if !slices.IsSorted(c.Steps) {
+		errs = append(errs, errors.New("-steps must rise"))
+	}
+	c.DynamicConfig = dyn.vals
+	if len(c.DynamicConfig) == 1 && c.DynamicConfig[0] == "none" {
+		c.DynamicConfig = nil
+	}
+	for _, kv := range c.DynamicConfig {
+		if !strings.Contains(kv, "=") {
+			errs = append(errs, fmt.Errorf("-dynamic-config %q: want KEY=VALUE", kv))
+		}
+	}
+	c.ServiceEnv = env.vals
+	for _, kv := range c.ServiceEnv {
+		if !strings.Contains(kv, "=") {
+			errs = append(errs, fmt.Errorf("-service-env %q: want KEY=VALUE", kv))
+		}
+	}
+	positive := map[string]time.Duration{
+		"-step-duration": c.StepDuration, "-duration": c.Duration, "-burst-duration": c.BurstDuration,
+		"-delay": c.Delay, "-quiet-window": c.QuietWindow, "-p99-target": c.P99Target, "-drain-timeout": c.DrainTimeout,
+	}
+	for name, d := range positive {
+		if d <= 0 {
+			errs = append(errs, fmt.Errorf("%s must be positive", name))
+		}
+	}
+	if c.Rate <= 0 || c.BurstRate <= 0 || c.Publishers <= 0 {
+		errs = append(errs, errors.New("-rate, -burst-rate and -publishers must be positive"))
+	}
+	if c.KeepUp <= 0 || c.KeepUp > 1 {
+		errs = append(errs, errors.New("-keep-up must be in (0, 1]"))
+	}
+	return c, errors.Join(errs...)
+}
+
+func envOr(key, def string) string {
+	if v, ok := os.LookupEnv(key); ok && v != "" {
+		return v
+	}
+	return def
+}

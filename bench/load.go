@@ -1,0 +1,254 @@
+package main
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// step is the outcome of offering load at one rate for a while: one row of the table.
+type step struct {
+	Phase   string  `json:"phase"`
+	Rate    int     `json:"rate_per_s"`
+	Seconds float64 `json:"load_seconds"`
+	// Sent counts messages published (pipeline) or workflows started (ceiling) without error;
+	// SendErrors the attempts that failed (not counted as sent).
+	Sent       int     `json:"sent"`
+	SendErrors int     `json:"send_errors"`
+	SendRate   float64 `json:"send_rate_per_s"`
+	// Completed counts distinct retries that came back (pipeline) or local activities that ran
+	// (ceiling); Throughput those whose time fell inside [start+delay, start+delay+load] per second.
+	Completed  int     `json:"completed"`
+	Throughput float64 `json:"throughput_per_s"`
+	// Lateness is completion time minus scheduled time (send time + delay), over every completion.
+	Lateness       latency  `json:"lateness"`
+	LatenessDuring *latency `json:"lateness_during_load,omitempty"`
+	LatenessAfter  *latency `json:"lateness_after_load,omitempty"`
+	// DrainSeconds is the last completion minus the last scheduled time: how long the backlog
+	// outlived the load (0 when there was none).
+	DrainSeconds float64 `json:"drain_seconds"`
+	Lost         int     `json:"lost"`
+	// Duplicates are second deliveries of a message: with the same x-retry-key (allowed, bounded)
+	// or another (a bug). Unexpected are arrivals of messages never sent successfully.
+	DuplicatesSameKey  int `json:"duplicates_same_key"`
+	DuplicatesOtherKey int `json:"duplicates_other_key"`
+	Unexpected         int `json:"unexpected_arrivals"`
+	DeadLettered       int `json:"dead_lettered"`
+	PeakIngressBacklog int `json:"peak_ingress_backlog,omitempty"`
+	// CPU is the CPU seconds each process used over the step (load, drain and the quiet window);
+	// CPUPerRetry the same in milliseconds per completion.
+	CPU         map[string]float64 `json:"cpu_seconds"`
+	CPUPerRetry map[string]float64 `json:"cpu_ms_per_retry"`
+	// OthersBusyCores is CPU["others"] per second of the step: how busy the rest of the machine
+	// kept its cores (the broker included). Above a few tenths, the numbers are noisy.
+	OthersBusyCores float64 `json:"others_busy_cores"`
+	Pass            bool    `json:"pass"`
+	Why             string  `json:"why,omitempty"`
+}
+
+// arrival is one completion of a message: a delivery on the original queue, or the ceiling
+// workflow's local activity.
+type arrival struct {
+	at  time.Time
+	key string
+}
+
+// tracker records, per sequence number, when it was sent and when it came back.
+type tracker struct {
+	delay time.Duration
+
+	mu       sync.Mutex
+	sent     map[int]time.Time
+	got      map[int][]arrival
+	distinct atomic.Int64
+	errors   atomic.Int64
+}
+
+func newTracker(delay time.Duration) *tracker {
+	return &tracker{delay: delay, sent: map[int]time.Time{}, got: map[int][]arrival{}}
+}
+
+func (t *tracker) markSent(seq int, at time.Time) {
+	t.mu.Lock()
+	t.sent[seq] = at
+	t.mu.Unlock()
+}
+
+func (t *tracker) markError() { t.errors.Add(1) }
+
+func (t *tracker) arrived(seq int, at time.Time, key string) {
+	t.mu.Lock()
+	if len(t.got[seq]) == 0 {
+		t.distinct.Add(1)
+	}
+	t.got[seq] = append(t.got[seq], arrival{at: at, key: key})
+	t.mu.Unlock()
+}
+
+// paceGrace is how long past its planned end a load may go on sending (slow publishes or
+// starts); what is not sent by then is not sent at all.
+const paceGrace = 30 * time.Second
+
+// pace calls send for seq 0, 1, ... at rate per second for d, spreading the calls over
+// workers goroutines; it returns when every call has returned, ctx is done, or paceGrace
+// after the planned end. send records its own outcome in the tracker. It returns when the
+// load started and ended.
+func pace(ctx context.Context, rate int, d time.Duration, workers int, send func(ctx context.Context, seq int)) (start, end time.Time) {
+	ctx, cancel := context.WithTimeout(ctx, d+paceGrace)
+	defer cancel()
+	n := int(float64(rate) * d.Seconds())
+	interval := time.Second / time.Duration(rate)
+	jobs := make(chan int, workers)
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for seq := range jobs {
+				send(ctx, seq)
+			}
+		})
+	}
+	start = time.Now()
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+loop:
+	for seq := range n {
+		// Due times are absolute, so a slow send does not shift the ones after it.
+		if wait := time.Until(start.Add(time.Duration(seq) * interval)); wait > 0 {
+			timer.Reset(wait)
+			select {
+			case <-ctx.Done():
+				break loop
+			case <-timer.C:
+			}
+		}
+		select {
+		case jobs <- seq:
+		case <-ctx.Done():
+			break loop
+		}
+	}
+	close(jobs)
+	wg.Wait()
+	return start, time.Now()
+}
+
+// waitAll waits until every sent message has come back, ctx ends, or timeout passes.
+func (t *tracker) waitAll(ctx context.Context, timeout time.Duration) {
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		t.mu.Lock()
+		n := len(t.sent)
+		t.mu.Unlock()
+		if int(t.distinct.Load()) >= n {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-deadline.C:
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+// fill computes s's counts and lateness from what the tracker saw, for load that ran from
+// start to end.
+func (t *tracker) fill(s *step, start, end time.Time) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	s.Seconds = round(end.Sub(start).Seconds())
+	s.Sent = len(t.sent)
+	s.SendErrors = int(t.errors.Load())
+	var lastSent time.Time
+	for _, at := range t.sent {
+		if at.After(lastSent) {
+			lastSent = at
+		}
+	}
+	if lastSent.After(start) {
+		s.SendRate = round(float64(s.Sent) / lastSent.Sub(start).Seconds())
+	}
+	window := end.Sub(start)
+	from, to := start.Add(t.delay), start.Add(t.delay+window)
+	var all, during, after []time.Duration
+	var inWindow int
+	var lastArrival time.Time
+	for seq, arrivals := range t.got {
+		sentAt, ok := t.sent[seq]
+		if !ok {
+			s.Unexpected++
+			continue
+		}
+		first := arrivals[0]
+		for _, a := range arrivals[1:] {
+			if a.key == first.key {
+				s.DuplicatesSameKey++
+			} else {
+				s.DuplicatesOtherKey++
+			}
+		}
+		s.Completed++
+		late := first.at.Sub(sentAt.Add(t.delay))
+		all = append(all, late)
+		if first.at.After(end.Add(t.delay)) {
+			after = append(after, late)
+		} else {
+			during = append(during, late)
+		}
+		if !first.at.Before(from) && !first.at.After(to) {
+			inWindow++
+		}
+		if first.at.After(lastArrival) {
+			lastArrival = first.at
+		}
+	}
+	s.Lost = s.Sent - s.Completed
+	if window > 0 {
+		s.Throughput = round(float64(inWindow) / window.Seconds())
+	}
+	s.Lateness = summarize(all)
+	d, a := summarize(during), summarize(after)
+	s.LatenessDuring, s.LatenessAfter = &d, &a
+	if !lastSent.IsZero() {
+		s.DrainSeconds = round(max(0, lastArrival.Sub(lastSent.Add(t.delay)).Seconds()))
+	}
+}
+
+// judge sets s.Pass and s.Why against the targets.
+func judge(s *step, c options) {
+	var why []string
+	if s.Lateness.P99 > ms(c.P99Target) {
+		why = append(why, "p99 over target")
+	}
+	if s.Throughput < c.KeepUp*float64(s.Rate) {
+		why = append(why, "fell behind")
+	}
+	if s.Lost > 0 {
+		why = append(why, "lost")
+	}
+	if s.DuplicatesOtherKey > 0 {
+		why = append(why, "duplicate with another key")
+	}
+	if s.SendErrors > 0 {
+		why = append(why, "send errors")
+	}
+	s.Pass = len(why) == 0
+	s.Why = strings.Join(why, ", ")
+}
+
+// perRetry converts s.CPU to milliseconds per completion.
+func perRetry(s *step) {
+	s.CPUPerRetry = map[string]float64{}
+	for k, v := range s.CPU {
+		if v < 0 || s.Completed == 0 || k == "others" {
+			continue
+		}
+		s.CPUPerRetry[k] = round(v * 1000 / float64(s.Completed))
+	}
+}

@@ -1,0 +1,156 @@
+// Command bench measures retry-scheduler on this machine (`make bench`): the bare engine's
+// ceiling, then the whole pipeline (RabbitMQ → bridge → RetryWorkflow → republish → RabbitMQ)
+// at rising rates, sustained and in a burst. It prints a table and writes JSON under
+// bench/results. See bench/README.md for the method and how to read the numbers.
+//
+//	go run ./bench                                        # every phase, default lengths (~10 min)
+//	go run ./bench -phases ceiling,sustained,burst -duration 15s -burst-duration 5s
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	sdklog "go.temporal.io/sdk/log"
+
+	"retry-scheduler/devserver"
+)
+
+func main() {
+	if len(os.Args) > 1 && os.Args[1] == serveArg {
+		os.Exit(serve(os.Args[2:]))
+	}
+	c, err := parseConfig(os.Args[1:], os.Stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		os.Exit(0)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	go func() {
+		<-ctx.Done()
+		stop() // a second Ctrl-C kills at once
+	}()
+	os.Exit(run(ctx, c, os.Stdout, os.Stderr))
+}
+
+// environment is what the phases share: a name prefix unique to this run (queues, task
+// queues, workflow IDs), a temporary directory, and the progress log.
+type environment struct {
+	c      options
+	prefix string
+	dir    string
+	log    *slog.Logger
+	quiet  *slog.Logger
+}
+
+func run(ctx context.Context, c options, stdout, stderr io.Writer) int {
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	dir, err := os.MkdirTemp("", "retry-scheduler-bench-")
+	if err != nil {
+		fmt.Fprintln(stderr, "bench:", err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	env := &environment{
+		c:      c,
+		prefix: "bench-" + hex.EncodeToString(b),
+		dir:    dir,
+		log:    slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo})),
+		quiet:  slog.New(slog.DiscardHandler),
+	}
+	rep := newReport(c)
+	env.log.Info("bench starting", "phases", c.Phases, "prefix", env.prefix, "load_avg", rep.Machine.LoadAvgStart)
+
+	failed := false
+	for _, phase := range c.Phases {
+		if ctx.Err() != nil {
+			break
+		}
+		var steps []step
+		var err error
+		switch phase {
+		case phaseCeiling:
+			steps, err = runCeiling(ctx, c, env)
+		case phaseLadder:
+			loads := make([]load, len(c.Steps))
+			for i, r := range c.Steps {
+				loads[i] = load{rate: r, duration: c.StepDuration}
+			}
+			steps, err = runPipeline(ctx, c, env, phase, loads)
+		case phaseSustained:
+			steps, err = runPipeline(ctx, c, env, phase, []load{{rate: c.Rate, duration: c.Duration}})
+		case phaseBurst:
+			steps, err = runPipeline(ctx, c, env, phase, []load{{rate: c.BurstRate, duration: c.BurstDuration}})
+		}
+		rep.Steps = append(rep.Steps, steps...)
+		if err != nil {
+			env.log.Error("phase failed", "phase", phase, "error", err)
+			failed = true
+		}
+	}
+	rep.finish(ctx.Err() != nil)
+	rep.printTable(stdout)
+	if ctx.Err() != nil {
+		env.log.Warn("interrupted: no JSON written")
+		return 130
+	}
+	if c.ResultsDir != "" && len(rep.Steps) > 0 {
+		path, err := rep.write(c.ResultsDir)
+		if err != nil {
+			env.log.Error("write results", "error", err)
+			return 1
+		}
+		fmt.Fprintln(stdout, "results:", path)
+	}
+	if failed {
+		return 1
+	}
+	return 0
+}
+
+// startServer starts a dev server of the phase's own (a fresh SQLite file in a temporary
+// directory, the flags of `make run`, plus the configured dynamic config), headless.
+func (e *environment) startServer(ctx context.Context) (*devserver.Server, error) {
+	var extra []string
+	for _, kv := range e.c.DynamicConfig {
+		extra = append(extra, "--dynamic-config-value", kv)
+	}
+	started := time.Now()
+	srv, err := devserver.Start(ctx, devserver.Options{Binary: e.c.TemporalCLI, UIPort: -1, ExtraArgs: extra})
+	if err != nil {
+		return nil, fmt.Errorf("start the Temporal dev server: %w", err)
+	}
+	e.log.Info("dev server up", "address", srv.Address, "pid", srv.Pid(), "took", time.Since(started).Round(time.Millisecond))
+	return srv, nil
+}
+
+func (e *environment) stopServer(srv *devserver.Server) {
+	if err := srv.Stop(); err != nil {
+		e.log.Warn("stop the dev server", "error", err)
+	}
+}
+
+// progress logs a finished step.
+func (e *environment) progress(s step) {
+	e.log.Info("step", "phase", s.Phase, "rate", s.Rate, "sent", s.Sent, "completed", s.Completed,
+		"throughput", s.Throughput, "p50_ms", s.Lateness.P50, "p99_ms", s.Lateness.P99, "max_ms", s.Lateness.Max,
+		"lost", s.Lost, "cpu_s", s.CPU, "pass", s.Pass, "why", s.Why)
+}
+
+func quietSDKLogger() sdklog.Logger {
+	return sdklog.NewStructuredLogger(slog.New(slog.DiscardHandler))
+}

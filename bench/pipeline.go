@@ -1,0 +1,360 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"retry-scheduler/broker"
+	"retry-scheduler/devserver"
+	"retry-scheduler/message"
+)
+
+// load is one rate held for a while, a row of a pipeline phase.
+type load struct {
+	rate     int
+	duration time.Duration
+}
+
+// pipeline is the whole product under load: the service (`all` mode: bridge, worker with
+// eager start, ops) in a child process, fed RetryMessages on its ingress queue, and a consumer
+// on each step's original queue that records every republished message.
+type pipeline struct {
+	c       options
+	env     *environment
+	srv     *devserver.Server
+	svc     *serviceProc
+	bcfg    broker.Config
+	pub     *broker.Publisher
+	ingress string
+	dlq     string
+}
+
+// payload is the body of each bench message: its sequence number and send time, so a
+// delivery can be told apart and timed from its body alone.
+type payload struct {
+	Seq    int       `json:"seq"`
+	SentAt time.Time `json:"sent_at"`
+}
+
+// runPipeline runs the loads of one phase against a dev server and a service of its own.
+func runPipeline(ctx context.Context, c options, env *environment, phase string, loads []load) ([]step, error) {
+	p := &pipeline{
+		c: c, env: env,
+		bcfg:    broker.Config{URL: c.RabbitMQURL, ConnectionName: "bench-" + phase},
+		ingress: env.prefix + "." + phase + ".retry",
+		dlq:     env.prefix + "." + phase + ".dead",
+	}
+	defer p.close()
+	if err := p.start(ctx, phase); err != nil {
+		return nil, err
+	}
+	var out []step
+	for i, l := range loads {
+		if ctx.Err() != nil {
+			break
+		}
+		s, err := p.run(ctx, phase, i, l)
+		if err != nil {
+			return out, err
+		}
+		env.progress(s)
+		out = append(out, s)
+		if phase == phaseLadder && !s.Pass && c.StopOnFail {
+			break
+		}
+	}
+	return out, nil
+}
+
+func (p *pipeline) start(ctx context.Context, phase string) error {
+	// Queues first, so that close deletes them whatever happens next.
+	if err := broker.DeclareQueues(p.bcfg, p.ingress, p.dlq); err != nil {
+		return fmt.Errorf("%s: %w", phase, err)
+	}
+	var err error
+	if p.srv, err = p.env.startServer(ctx); err != nil {
+		return err
+	}
+	policyFile := filepath.Join(p.env.dir, phase+"-policies.yaml")
+	if err := os.WriteFile(policyFile, []byte(benchPolicy(p.env.prefix, p.c)), 0o600); err != nil {
+		return fmt.Errorf("%s: policy file: %w", phase, err)
+	}
+	port, err := devserver.FreePort()
+	if err != nil {
+		return err
+	}
+	httpAddr := "127.0.0.1:" + strconv.Itoa(port)
+	args := []string{
+		"all",
+		"-rabbitmq-url", p.c.RabbitMQURL,
+		"-temporal-address", p.srv.Address,
+		"-namespace", p.srv.Namespace,
+		"-task-queue", p.env.prefix + "-" + phase,
+		"-retry-queue", p.ingress,
+		"-manual-review-queue", p.dlq,
+		"-policy-file", policyFile,
+		"-http-addr", httpAddr,
+		"-log-level", p.c.ServiceLogLevel,
+	}
+	logFile := filepath.Join(p.env.dir, phase+"-service.log")
+	if p.svc, err = startService(ctx, args, p.c.ServiceEnv, httpAddr, logFile); err != nil {
+		return fmt.Errorf("%s: %w", phase, err)
+	}
+	p.pub = broker.NewPublisher(p.bcfg, p.env.quiet)
+	return nil
+}
+
+// benchPolicy routes the bench's original queues to one fixed delay without jitter, so that
+// each message's scheduled time is its send time plus the delay.
+func benchPolicy(prefix string, c options) string {
+	return fmt.Sprintf(`policies:
+  bench:
+    backoff: {type: schedule, delays: [%s]}
+    jitter: {mode: none}
+    max_retries: 3
+    quiet_window: %s
+routes:
+  - queue: %q
+    policy: bench
+`, c.Delay, c.QuietWindow, prefix+".*.orig-*")
+}
+
+func (p *pipeline) close() {
+	if p.pub != nil {
+		_ = p.pub.Close()
+	}
+	if p.svc != nil {
+		if err := p.svc.stop(); err != nil {
+			p.env.log.Warn("stop service", "error", err)
+		}
+	}
+	if p.srv != nil {
+		p.env.stopServer(p.srv)
+	}
+	deleteQueues(p.bcfg, p.ingress, p.dlq)
+}
+
+// run offers one load and measures it: publish at the rate, wait for the last arrivals (at
+// most the drain timeout), then for the quiet window so that the workflows' last task is in
+// the CPU figures.
+func (p *pipeline) run(ctx context.Context, phase string, i int, l load) (step, error) {
+	name := phase + "-" + strconv.Itoa(i) + "-" + strconv.Itoa(l.rate)
+	original := p.env.prefix + "." + phase + ".orig-" + strconv.Itoa(i)
+	if err := broker.DeclareQueues(p.bcfg, original); err != nil {
+		return step{}, fmt.Errorf("%s: %w", name, err)
+	}
+	defer deleteQueues(p.bcfg, original)
+
+	t := newTracker(p.c.Delay)
+	cctx, stopConsumer := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	consuming := make(chan struct{})
+	wg.Go(func() { p.consume(cctx, original, t, consuming) })
+	backlog := &peak{}
+	wg.Go(func() { p.sampleBacklog(cctx, backlog) })
+	defer func() { stopConsumer(); wg.Wait() }()
+	// Arrival times are only right with the consumer attached before the first retry is due.
+	select {
+	case <-consuming:
+	case <-ctx.Done():
+		return step{}, ctx.Err()
+	case <-time.After(30 * time.Second):
+		return step{}, fmt.Errorf("%s: consumer not attached to %s within 30s", name, original)
+	}
+
+	cpu := newCPUMeter(map[string]int{"server": p.srv.Pid(), "worker": p.svc.pid(), "bench": os.Getpid()})
+	start, end := pace(ctx, l.rate, l.duration, p.c.Publishers, func(ctx context.Context, seq int) {
+		p.send(ctx, original, name, seq, t)
+	})
+	t.waitAll(ctx, p.c.Delay+p.c.DrainTimeout)
+	sleep(ctx, p.c.QuietWindow+time.Second)
+
+	s := step{Phase: phase, Rate: l.rate, PeakIngressBacklog: backlog.get()}
+	cpu.record(&s)
+	t.fill(&s, start, end)
+	s.DeadLettered = purge(p.bcfg, p.dlq)
+	perRetry(&s)
+	judge(&s, p.c)
+	if s.DeadLettered > 0 {
+		s.Pass = false
+		s.Why = joinWhy(s.Why, "dead-lettered")
+	}
+	return s, nil
+}
+
+// send publishes message seq of a step as a RetryMessage, with a confirm.
+func (p *pipeline) send(ctx context.Context, original, name string, seq int, t *tracker) {
+	at := time.Now()
+	body, _ := json.Marshal(payload{Seq: seq, SentAt: at})
+	m := message.RetryMessage{
+		MessageID:       name + "-" + strconv.Itoa(seq),
+		OriginalPayload: body,
+		OriginalQueue:   original,
+		ErrorReason:     "503 from bench",
+		HTTPStatus:      503,
+		ErrorCategory:   "transient",
+		Service:         "bench",
+	}
+	raw, err := json.Marshal(m)
+	if err != nil {
+		t.markError()
+		return
+	}
+	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	err = p.pub.Publish(pctx, "", p.ingress, true, amqp.Publishing{
+		ContentType: "application/json", MessageId: m.MessageID, Body: raw, DeliveryMode: amqp.Persistent,
+	})
+	if err != nil {
+		t.markError()
+		p.env.log.Debug("publish", "error", err)
+		return
+	}
+	t.markSent(seq, at)
+}
+
+// consume records every delivery on queue until ctx ends, reconnecting if the broker drops
+// the connection. Arrival time is taken on receipt, before the ack.
+// consuming is closed once the first session consumes.
+func (p *pipeline) consume(ctx context.Context, queue string, t *tracker, consuming chan struct{}) {
+	var once sync.Once
+	ready := func() { once.Do(func() { close(consuming) }) }
+	for ctx.Err() == nil {
+		p.consumeSession(ctx, queue, t, ready)
+		sleep(ctx, 200*time.Millisecond)
+	}
+}
+
+func (p *pipeline) consumeSession(ctx context.Context, queue string, t *tracker, ready func()) {
+	conn, err := broker.Dial(broker.Config{URL: p.c.RabbitMQURL, ConnectionName: "bench-consumer"})
+	if err != nil {
+		p.env.log.Warn("consumer dial", "error", err)
+		return
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		return
+	}
+	if err := ch.Qos(1000, 0, false); err != nil {
+		return
+	}
+	deliveries, err := ch.Consume(queue, "", false, false, false, false, nil)
+	if err != nil {
+		p.env.log.Warn("consume", "queue", queue, "error", err)
+		return
+	}
+	ready()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case d, ok := <-deliveries:
+			if !ok {
+				return
+			}
+			at := time.Now()
+			var pl payload
+			if err := json.Unmarshal(d.Body, &pl); err == nil {
+				key, _ := d.Headers["x-retry-key"].(string)
+				t.arrived(pl.Seq, at, key)
+			}
+			_ = d.Ack(false)
+		}
+	}
+}
+
+// peak keeps the largest value seen.
+type peak struct {
+	mu sync.Mutex
+	v  int
+}
+
+func (p *peak) see(v int) {
+	p.mu.Lock()
+	p.v = max(p.v, v)
+	p.mu.Unlock()
+}
+
+func (p *peak) get() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.v
+}
+
+// sampleBacklog records the deepest the ingress queue got (ready messages: the bridge's
+// backlog), sampled twice a second.
+func (p *pipeline) sampleBacklog(ctx context.Context, pk *peak) {
+	conn, err := broker.Dial(broker.Config{URL: p.c.RabbitMQURL, ConnectionName: "bench-sampler"})
+	if err != nil {
+		return
+	}
+	defer conn.Close()
+	tick := time.NewTicker(500 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		ch, err := conn.Channel()
+		if err != nil {
+			return
+		}
+		if q, err := ch.QueueDeclarePassive(p.ingress, true, false, false, false, nil); err == nil {
+			pk.see(q.Messages)
+		}
+		_ = ch.Close()
+	}
+}
+
+// purge empties a queue and returns how many messages it held (0 if it cannot tell).
+func purge(cfg broker.Config, queue string) int {
+	conn, err := broker.Dial(cfg)
+	if err != nil {
+		return 0
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		return 0
+	}
+	n, err := ch.QueuePurge(queue, false)
+	if err != nil {
+		return 0
+	}
+	return n
+}
+
+// deleteQueues deletes the bench's queues; errors are ignored (the queue may be gone).
+func deleteQueues(cfg broker.Config, names ...string) {
+	conn, err := broker.Dial(cfg)
+	if err != nil {
+		return
+	}
+	defer conn.Close()
+	for _, n := range names {
+		ch, err := conn.Channel()
+		if err != nil {
+			return
+		}
+		_, _ = ch.QueueDelete(n, false, false, false)
+		_ = ch.Close()
+	}
+}
+
+func joinWhy(a, b string) string {
+	if a == "" {
+		return b
+	}
+	return a + ", " + b
+}

@@ -1,0 +1,253 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// report is the JSON written under bench/results and the source of the table.
+type report struct {
+	Started     time.Time `json:"started"`
+	Finished    time.Time `json:"finished"`
+	Interrupted bool      `json:"interrupted,omitempty"`
+	Note        string    `json:"note,omitempty"`
+	Machine     machine   `json:"machine"`
+	Settings    settings  `json:"settings"`
+	Steps       []step    `json:"steps"`
+	Summary     summary   `json:"summary"`
+}
+
+type machine struct {
+	CPUModel      string `json:"cpu_model"`
+	Cores         int    `json:"cores"`
+	GoVersion     string `json:"go_version"`
+	OS            string `json:"os"`
+	TemporalCLI   string `json:"temporal_cli"`
+	LoadAvgStart  string `json:"load_avg_start"`
+	LoadAvgFinish string `json:"load_avg_finish"`
+}
+
+type settings struct {
+	Phases        []string `json:"phases"`
+	Steps         []int    `json:"steps_per_s"`
+	StepSeconds   float64  `json:"step_seconds"`
+	Rate          int      `json:"sustained_rate_per_s"`
+	Seconds       float64  `json:"sustained_seconds"`
+	BurstRate     int      `json:"burst_rate_per_s"`
+	BurstSeconds  float64  `json:"burst_seconds"`
+	DelayMs       float64  `json:"delay_ms"`
+	QuietWindowMs float64  `json:"quiet_window_ms"`
+	P99TargetMs   float64  `json:"p99_target_ms"`
+	KeepUp        float64  `json:"keep_up"`
+	DynamicConfig []string `json:"dynamic_config"`
+	ServiceEnv    []string `json:"service_env,omitempty"`
+	ServiceLog    string   `json:"service_log_level"`
+}
+
+// summary is the run in a few numbers.
+type summary struct {
+	// CeilingRate is the highest ceiling step that passed; CeilingCapped says every step
+	// passed, so the true ceiling is higher than the steps reach.
+	CeilingRate   int  `json:"ceiling_rate_per_s"`
+	CeilingCapped bool `json:"ceiling_capped,omitempty"`
+	// PipelineRate is the highest ladder step that passed; without a ladder, the sustained
+	// rate if it passed (a lower bound). PipelineSource says which.
+	PipelineRate   int    `json:"pipeline_rate_per_s"`
+	PipelineSource string `json:"pipeline_rate_source,omitempty"`
+	// Ratio is PipelineRate / CeilingRate (0 when either is unknown).
+	Ratio float64 `json:"ratio_pipeline_to_ceiling"`
+	// Sustained and Burst repeat those phases' verdicts.
+	SustainedPass *bool    `json:"sustained_pass,omitempty"`
+	BurstDrainS   *float64 `json:"burst_drain_seconds,omitempty"`
+	BurstLost     *int     `json:"burst_lost,omitempty"`
+}
+
+func newReport(c options) *report {
+	return &report{
+		Started: time.Now().UTC(),
+		Note:    c.Note,
+		Machine: machine{
+			CPUModel:     cpuModel(),
+			Cores:        runtime.NumCPU(),
+			GoVersion:    runtime.Version(),
+			OS:           runtime.GOOS + "/" + runtime.GOARCH,
+			TemporalCLI:  temporalVersion(c.TemporalCLI),
+			LoadAvgStart: loadAvg(),
+		},
+		Settings: settings{
+			Phases: c.Phases, Steps: c.Steps, StepSeconds: c.StepDuration.Seconds(),
+			Rate: c.Rate, Seconds: c.Duration.Seconds(), BurstRate: c.BurstRate, BurstSeconds: c.BurstDuration.Seconds(),
+			DelayMs: ms(c.Delay), QuietWindowMs: ms(c.QuietWindow), P99TargetMs: ms(c.P99Target), KeepUp: c.KeepUp,
+			DynamicConfig: c.DynamicConfig, ServiceEnv: c.ServiceEnv, ServiceLog: c.ServiceLogLevel,
+		},
+	}
+}
+
+// finish fills the summary.
+func (r *report) finish(interrupted bool) {
+	r.Finished = time.Now().UTC()
+	r.Interrupted = interrupted
+	r.Machine.LoadAvgFinish = loadAvg()
+	sum := &r.Summary
+	var ceilingSteps, ladderSteps int
+	allPassed := true
+	for _, s := range r.Steps {
+		s := s
+		switch s.Phase {
+		case phaseCeiling:
+			ceilingSteps++
+			allPassed = allPassed && s.Pass
+			if s.Pass && s.Rate > sum.CeilingRate {
+				sum.CeilingRate = s.Rate
+			}
+		case phaseLadder:
+			ladderSteps++
+			if s.Pass && s.Rate > sum.PipelineRate {
+				sum.PipelineRate, sum.PipelineSource = s.Rate, phaseLadder
+			}
+		case phaseSustained:
+			sum.SustainedPass = &s.Pass
+			if ladderSteps == 0 && s.Pass {
+				sum.PipelineRate, sum.PipelineSource = s.Rate, "sustained (lower bound)"
+			}
+		case phaseBurst:
+			sum.BurstDrainS, sum.BurstLost = &s.DrainSeconds, &s.Lost
+		}
+	}
+	sum.CeilingCapped = ceilingSteps > 0 && allPassed && ceilingSteps == len(r.Settings.Steps)
+	if sum.CeilingRate > 0 && sum.PipelineRate > 0 {
+		sum.Ratio = float64(int(float64(sum.PipelineRate)/float64(sum.CeilingRate)*100+0.5)) / 100
+	}
+}
+
+// printTable writes the human-readable result.
+func (r *report) printTable(w io.Writer) {
+	m := r.Machine
+	fmt.Fprintf(w, "\nretry-scheduler bench %s: %s, %d cores, %s, %s; load avg %s → %s\n",
+		r.Started.Format(time.RFC3339), m.CPUModel, m.Cores, m.GoVersion, m.TemporalCLI, m.LoadAvgStart, m.LoadAvgFinish)
+	fmt.Fprintf(w, "lateness = completion − (send + %s); pass = p99 ≤ %s ms, throughput ≥ %.0f%% of rate, nothing lost\n\n",
+		time.Duration(r.Settings.DelayMs*float64(time.Millisecond)), fmtF(r.Settings.P99TargetMs), r.Settings.KeepUp*100)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "phase\trate/s\tload s\tsent\tdone\tthru/s\tp50 ms\tp99 ms\tmax ms\tdrain s\tlost\tdup\tsrv cpu ms/retry\twkr cpu ms/retry\tothers cores\tpass\t")
+	for _, s := range r.Steps {
+		pass := "yes"
+		if !s.Pass {
+			pass = "no: " + s.Why
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t\n",
+			s.Phase, s.Rate, fmtF(s.Seconds), s.Sent, s.Completed, fmtF(s.Throughput),
+			fmtF(s.Lateness.P50), fmtF(s.Lateness.P99), fmtF(s.Lateness.Max), fmtF(s.DrainSeconds),
+			s.Lost, dupCell(s), cpuCell(s, "server"), cpuCell(s, "worker"), fmtF(s.OthersBusyCores), pass)
+	}
+	tw.Flush()
+	fmt.Fprintln(w)
+	for _, s := range r.Steps {
+		if s.Phase == phaseBurst {
+			fmt.Fprintf(w, "burst: lateness during the load p50/p99/max %s/%s/%s ms (%d), after it %s/%s/%s ms (%d); peak ingress backlog %d; drained %s s after the last scheduled time\n",
+				fmtF(s.LatenessDuring.P50), fmtF(s.LatenessDuring.P99), fmtF(s.LatenessDuring.Max), s.LatenessDuring.Count,
+				fmtF(s.LatenessAfter.P50), fmtF(s.LatenessAfter.P99), fmtF(s.LatenessAfter.Max), s.LatenessAfter.Count,
+				s.PeakIngressBacklog, fmtF(s.DrainSeconds))
+		}
+	}
+	sum := r.Summary
+	ceiling := fmt.Sprintf("%d/s", sum.CeilingRate)
+	if sum.CeilingCapped {
+		ceiling = "≥ " + ceiling + " (every step passed)"
+	}
+	if sum.CeilingRate == 0 {
+		ceiling = "not measured (or no step passed)"
+	}
+	pipeline := "not measured (or no step passed)"
+	if sum.PipelineRate > 0 {
+		pipeline = fmt.Sprintf("%d/s (%s)", sum.PipelineRate, sum.PipelineSource)
+	}
+	fmt.Fprintf(w, "ceiling (bare engine): %s; pipeline: %s; ratio pipeline/ceiling: %s\n", ceiling, pipeline, fmtF(sum.Ratio))
+	fmt.Fprintln(w, "others cores: CPU used meanwhile by everything else (broker included), in cores; above ~0.3 the run was noisy")
+	fmt.Fprintln(w, "wkr cpu: the bench process for ceiling rows (probe worker + starter), the service process (bridge + worker) for the others")
+}
+
+func dupCell(s step) string {
+	if s.DuplicatesOtherKey > 0 {
+		return fmt.Sprintf("%d+%d!", s.DuplicatesSameKey, s.DuplicatesOtherKey)
+	}
+	return fmt.Sprint(s.DuplicatesSameKey)
+}
+
+func cpuCell(s step, k string) string {
+	v, ok := s.CPUPerRetry[k]
+	if !ok {
+		return "-"
+	}
+	return fmtF(v)
+}
+
+func fmtF(f float64) string {
+	if f == float64(int64(f)) {
+		return fmt.Sprintf("%d", int64(f))
+	}
+	return fmt.Sprintf("%.1f", f)
+}
+
+// write stores the report as <dir>/<UTC start time>.json.
+func (r *report) write(dir string) (string, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", fmt.Errorf("results dir: %w", err)
+	}
+	b, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return "", fmt.Errorf("encode results: %w", err)
+	}
+	path := filepath.Join(dir, r.Started.Format("20060102T150405Z")+".json")
+	if err := os.WriteFile(path, append(b, '\n'), 0o644); err != nil {
+		return "", fmt.Errorf("write results: %w", err)
+	}
+	return path, nil
+}
+
+func cpuModel() string {
+	f, err := os.Open("/proc/cpuinfo")
+	if err != nil {
+		return "unknown"
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if k, v, ok := strings.Cut(sc.Text(), ":"); ok && strings.TrimSpace(k) == "model name" {
+			return strings.TrimSpace(v)
+		}
+	}
+	return "unknown"
+}
+
+func loadAvg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "unknown"
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "unknown"
+	}
+	return strings.Join(f[:3], " ")
+}
+
+// temporalVersion is the CLI's `--version` line (it names the embedded server's version).
+func temporalVersion(bin string) string {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, bin, "--version").Output()
+	if err != nil {
+		return "unknown"
+	}
+	return strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(string(out)), "temporal version "))
+}

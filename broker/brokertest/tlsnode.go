@@ -1,0 +1,243 @@
+package brokertest
+
+import (
+	"bytes"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/hex"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+)
+
+// TLSNode is a private RabbitMQ node with only an AMQPS listener on 127.0.0.1, whose server
+// certificate is signed by a CA the test made. It runs next to the shared broker (own node
+// name, ports, data directory and cookie), so the shared broker is never reconfigured.
+type TLSNode struct {
+	// Files are the CA, server and client certificates (in the node's directory).
+	Files Files
+	// CA signed every certificate in Files.
+	CA *CA
+	// Port is the AMQPS port; URL is amqps://guest:guest@localhost:<Port>/.
+	Port int
+	URL  string
+	// Name is the Erlang node name, for rabbitmqctl -n.
+	Name string
+
+	dir, bin string
+}
+
+// startupTimeout bounds the node's boot (a few seconds on the project's machines).
+const startupTimeout = 90 * time.Second
+
+// StartTLSNode starts a TLS-only RabbitMQ node for the test and stops it (rabbitmqctl stop,
+// then SIGKILL if needed) in tb.Cleanup. The node requires a client certificate signed by the
+// CA (verify_peer, fail_if_no_peer_cert). It skips the test when RabbitMQ is not installed.
+//
+// The broker runs in the foreground as the test's child, in its own process group, with
+// Pdeathsig on Linux: a test killed mid-way leaves no node behind.
+func StartTLSNode(tb testing.TB) *TLSNode {
+	tb.Helper()
+	bin := rabbitBinDir()
+	if bin == "" {
+		tb.Skip("RabbitMQ is not installed (no rabbitmq-server and rabbitmqctl)")
+	}
+	dir, err := os.MkdirTemp("", "rabbitmq-tls-test-")
+	if err != nil {
+		tb.Fatalf("tls node dir: %v", err)
+	}
+	tb.Cleanup(func() { _ = os.RemoveAll(dir) })
+	// The broker may drop privileges; let it read its files.
+	_ = os.Chmod(dir, 0o755)
+
+	ca := NewCA(tb, "retry-scheduler-test-ca")
+	n := &TLSNode{CA: ca, Files: ca.WriteFiles(tb, dir), dir: dir, bin: bin}
+	n.Port = freePort(tb, 0)
+	distPort := freePort(tb, 21000) // rabbitmqctl uses distPort+10000..+10010: stay below 55525
+	suffix := make([]byte, 4)
+	_, _ = rand.Read(suffix)
+	n.Name = "retry-tls-test-" + hex.EncodeToString(suffix) + "@localhost"
+	n.URL = fmt.Sprintf("amqps://guest:guest@localhost:%d/", n.Port)
+
+	conf := fmt.Sprintf(`listeners.tcp = none
+listeners.ssl.default = 127.0.0.1:%d
+ssl_options.cacertfile = %s
+ssl_options.certfile = %s
+ssl_options.keyfile = %s
+ssl_options.verify = verify_peer
+ssl_options.fail_if_no_peer_cert = true
+`, n.Port, n.Files.CA, n.Files.ServerCert, n.Files.ServerKey)
+	write := func(name, content string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+			tb.Fatalf("write %s: %v", p, err)
+		}
+		return p
+	}
+	confFile := write("rabbitmq.conf", conf)
+	envFile := write("rabbitmq-env.conf", "")
+	pluginsFile := write("enabled_plugins", "[].\n")
+
+	logFile, err := os.Create(filepath.Join(dir, "stdout.log"))
+	if err != nil {
+		tb.Fatalf("tls node log: %v", err)
+	}
+	cmd := exec.Command(filepath.Join(bin, "rabbitmq-server"))
+	cmd.Dir = dir
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	cmd.Env = append(n.env(),
+		"RABBITMQ_NODE_PORT="+strconv.Itoa(n.Port),
+		"RABBITMQ_DIST_PORT="+strconv.Itoa(distPort),
+		"RABBITMQ_CONFIG_FILE="+confFile,
+		"RABBITMQ_CONF_ENV_FILE="+envFile,
+		"RABBITMQ_ENABLED_PLUGINS_FILE="+pluginsFile,
+		"RABBITMQ_MNESIA_BASE="+filepath.Join(dir, "mnesia"),
+		"RABBITMQ_LOG_BASE="+filepath.Join(dir, "log"),
+		// exec the VM in place of the script, so the child is the broker itself.
+		"RABBITMQ_ALLOW_INPUT=1",
+		"RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS=-noinput -kernel inet_dist_use_interface {127,0,0,1}",
+	)
+	cmd.SysProcAttr = sysProcAttr()
+	if err := cmd.Start(); err != nil {
+		_ = logFile.Close()
+		tb.Fatalf("start rabbitmq-server: %v", err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait(); _ = logFile.Close() }()
+	tb.Cleanup(func() { n.stop(tb, cmd, exited) })
+
+	if err := n.awaitTLS(exited); err != nil {
+		log, _ := os.ReadFile(filepath.Join(dir, "stdout.log"))
+		tb.Fatalf("RabbitMQ TLS node %s: %v\n%s", n.Name, err, tail(log, 40))
+	}
+	return n
+}
+
+// env is what both the server and rabbitmqctl need to find the node.
+func (n *TLSNode) env() []string {
+	return append(os.Environ(),
+		"HOME="+n.dir, // the Erlang cookie lives here, away from the shared broker's
+		"RABBITMQ_NODENAME="+n.Name,
+		"ERL_EPMD_ADDRESS=127.0.0.1",
+	)
+}
+
+// TLSConfig is a client configuration trusting the node's CA and presenting the client
+// certificate.
+func (n *TLSNode) TLSConfig(tb testing.TB) *tls.Config {
+	tb.Helper()
+	pair, err := tls.LoadX509KeyPair(n.Files.ClientCert, n.Files.ClientKey)
+	if err != nil {
+		tb.Fatalf("client certificate: %v", err)
+	}
+	pool := x509.NewCertPool()
+	pool.AddCert(n.CA.Cert)
+	return &tls.Config{RootCAs: pool, Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS12}
+}
+
+// Ctl runs rabbitmqctl against the node.
+func (n *TLSNode) Ctl(args ...string) ([]byte, error) {
+	cmd := exec.Command(filepath.Join(n.bin, "rabbitmqctl"), append([]string{"-n", n.Name}, args...)...)
+	cmd.Env = n.env()
+	return cmd.CombinedOutput()
+}
+
+// awaitTLS waits until a TLS handshake with the client certificate succeeds on the port.
+func (n *TLSNode) awaitTLS(exited <-chan error) error {
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: "localhost"}
+	pair, err := tls.LoadX509KeyPair(n.Files.ClientCert, n.Files.ClientKey)
+	if err != nil {
+		return err
+	}
+	cfg.Certificates = []tls.Certificate{pair}
+	cfg.RootCAs = x509.NewCertPool()
+	cfg.RootCAs.AddCert(n.CA.Cert)
+	deadline := time.Now().Add(startupTimeout)
+	var last error
+	for time.Now().Before(deadline) {
+		select {
+		case err := <-exited:
+			return fmt.Errorf("rabbitmq-server exited during startup: %v", err)
+		default:
+		}
+		d := &net.Dialer{Timeout: time.Second}
+		c, err := tls.DialWithDialer(d, "tcp", "127.0.0.1:"+strconv.Itoa(n.Port), cfg)
+		if err == nil {
+			_ = c.Close()
+			return nil
+		}
+		last = err
+		time.Sleep(250 * time.Millisecond)
+	}
+	return fmt.Errorf("no TLS listener on port %d within %s: %v", n.Port, startupTimeout, last)
+}
+
+func (n *TLSNode) stop(tb testing.TB, cmd *exec.Cmd, exited <-chan error) {
+	if out, err := n.Ctl("stop"); err != nil {
+		tb.Logf("rabbitmqctl -n %s stop: %v: %s", n.Name, err, out)
+	}
+	select {
+	case <-exited:
+		return
+	case <-time.After(30 * time.Second):
+	}
+	tb.Logf("RabbitMQ TLS node %s did not stop; killing pid %d", n.Name, cmd.Process.Pid)
+	_ = cmd.Process.Kill()
+	<-exited
+}
+
+// rabbitBinDir finds the directory holding the real rabbitmq-server and rabbitmqctl scripts
+// (Debian's /usr/sbin wrappers switch to the rabbitmq user, which the test does not want).
+func rabbitBinDir() string {
+	dirs := []string{"/usr/lib/rabbitmq/bin"}
+	if p, err := exec.LookPath("rabbitmq-server"); err == nil {
+		dirs = append(dirs, filepath.Dir(p))
+	}
+	for _, d := range dirs {
+		if isFile(filepath.Join(d, "rabbitmq-server")) && isFile(filepath.Join(d, "rabbitmqctl")) {
+			return d
+		}
+	}
+	return ""
+}
+
+func isFile(p string) bool {
+	st, err := os.Stat(p)
+	return err == nil && !st.IsDir()
+}
+
+// freePort returns a free loopback port; from > 0 searches upwards from it.
+func freePort(tb testing.TB, from int) int {
+	tb.Helper()
+	if from == 0 {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			tb.Fatalf("free port: %v", err)
+		}
+		defer l.Close()
+		return l.Addr().(*net.TCPAddr).Port
+	}
+	start := from + int(time.Now().UnixNano()%4000)
+	for p := start; p < start+2000; p++ {
+		if l, err := net.Listen("tcp", ":"+strconv.Itoa(p)); err == nil {
+			_ = l.Close()
+			return p
+		}
+	}
+	tb.Fatalf("no free port from %d", start)
+	return 0
+}
+
+func tail(b []byte, n int) []byte {
+	lines := bytes.Split(b, []byte("\n"))
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return bytes.Join(lines, []byte("\n"))
+}

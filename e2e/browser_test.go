@@ -1,0 +1,211 @@
+//go:build integration
+
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/cdproto/page"
+	"github.com/chromedp/chromedp"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"retry-scheduler/workflows"
+)
+
+// chromiumPath is Debian's chromium (apt-get install -y chromium; `make tools` installs it);
+// CHROMIUM overrides it.
+func chromiumPath(t *testing.T) string {
+	p := os.Getenv("CHROMIUM")
+	if p == "" {
+		p = "/usr/bin/chromium"
+	}
+	if _, err := os.Stat(p); err != nil {
+		t.Skipf("browser test skipped: no Chromium at %s (apt-get install -y chromium, or set CHROMIUM)", p)
+	}
+	return p
+}
+
+// browser starts a headless Chromium with a fresh profile for the test.
+func browser(t *testing.T) context.Context {
+	t.Helper()
+	opts := []chromedp.ExecAllocatorOption{
+		chromedp.ExecPath(chromiumPath(t)),
+		chromedp.Flag("headless", true),
+		chromedp.NoSandbox,
+		chromedp.DisableGPU,
+		chromedp.Flag("disable-quic", true),
+		chromedp.NoFirstRun,
+		chromedp.NoDefaultBrowserCheck,
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true),
+		chromedp.UserDataDir(t.TempDir()),
+		chromedp.WindowSize(1400, 1000),
+	}
+	allocCtx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	ctx, cancelCtx := chromedp.NewContext(allocCtx)
+	t.Cleanup(func() {
+		_ = chromedp.Cancel(ctx)
+		cancelCtx()
+		cancelAlloc()
+	})
+	// The first run starts the browser; it lives as long as ctx (no timeout on it).
+	require.NoError(t, chromedp.Do(ctx), "start Chromium")
+	return ctx
+}
+
+// pageDriver drives the ops page.
+type pageDriver struct {
+	t   *testing.T
+	ctx context.Context
+
+	mu      sync.Mutex
+	dialogs []string
+}
+
+// acceptDialogs accepts every confirm() and keeps its text.
+func (p *pageDriver) acceptDialogs() {
+	opening := chromedp.Events(p.ctx, page.JavascriptDialogOpening)
+	go func() {
+		for ev, err := range opening {
+			if err != nil {
+				return
+			}
+			p.mu.Lock()
+			p.dialogs = append(p.dialogs, ev.Message)
+			p.mu.Unlock()
+			go func() {
+				_ = chromedp.Do(p.ctx, chromedp.Func(func(ctx context.Context, t *chromedp.Target) error {
+					_, err := cdp.Call(ctx, t, page.HandleJavaScriptDialog, page.HandleJavaScriptDialogParams{Accept: true})
+					return err
+				}))
+			}()
+		}
+	}()
+}
+
+func (p *pageDriver) do(steps ...chromedp.Action[chromedp.Void]) {
+	p.t.Helper()
+	ctx, cancel := context.WithTimeout(p.ctx, 30*time.Second)
+	defer cancel()
+	require.NoError(p.t, chromedp.Do(ctx, steps...))
+}
+
+func (p *pageDriver) eval(expr string) (bool, error) {
+	ctx, cancel := context.WithTimeout(p.ctx, 10*time.Second)
+	defer cancel()
+	return chromedp.Run(ctx, chromedp.Evaluate[bool](expr))
+}
+
+// until evaluates the JavaScript expression expr until it is true, pressing the page's Refresh
+// button between tries (the page also refreshes itself, but only every 10 s).
+func (p *pageDriver) until(what, expr string) {
+	p.t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		ok, err := p.eval(expr)
+		if err == nil && ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			p.t.Fatalf("page: %s not seen within 30s (last error %v; progress line %q)", what, err, p.text("#progress"))
+		}
+		ctx, cancel := context.WithTimeout(p.ctx, 10*time.Second)
+		_ = chromedp.Do(ctx, chromedp.Click(chromedp.CSS("#refresh")))
+		cancel()
+		time.Sleep(300 * time.Millisecond)
+	}
+}
+
+func rowSel(table, id string) string {
+	b, _ := json.Marshal(id)
+	return fmt.Sprintf(`%s tbody tr[data-id=%s]`, table, b)
+}
+
+func rowExpr(table, id string) string {
+	b, _ := json.Marshal(rowSel(table, id))
+	return fmt.Sprintf(`(document.querySelector(%s) !== null)`, b)
+}
+
+// text is the element's visible text.
+func (p *pageDriver) text(sel string) string {
+	p.t.Helper()
+	ctx, cancel := context.WithTimeout(p.ctx, 10*time.Second)
+	defer cancel()
+	s, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(sel)))
+	require.NoError(p.t, err, sel)
+	return strings.TrimSpace(s)
+}
+
+func TestOpsBrowser(t *testing.T) {
+	ctx := browser(t)
+	s := newStack(t)
+	api := s.runWithOps()
+	q := s.queue(s.prefix+".orders", nil)
+	p := &pageDriver{t: t, ctx: ctx}
+	p.acceptDialogs()
+
+	// Sign in; nothing has failed yet: the empty state.
+	p.do(
+		chromedp.Navigate(api.base+"/"),
+		chromedp.WaitVisible(chromedp.CSS("#token-input")),
+		chromedp.SendKeys(chromedp.CSS("#token-input"), opToken),
+		chromedp.Click(chromedp.CSS("#sign-in")),
+		chromedp.WaitVisible(chromedp.CSS("#dl-empty")),
+	)
+	assert.Equal(t, "No failed events. All integrations healthy.", p.text("#dl-empty"))
+	assert.Equal(t, "op (operator)", p.text("#whoami"))
+
+	// A dead letter shows with seed 003's columns; Retry takes it out of the table.
+	one := s.dead(q, "", "b1")[0]
+	p.until("dead letter "+one, rowExpr("#dl-table", one))
+	row := p.text(rowSel("#dl-table", one))
+	assert.Contains(t, row, "b1")
+	assert.Contains(t, row, q)
+	assert.Contains(t, row, "permanent")
+	assert.Contains(t, row, "schema mismatch in b1")
+	p.do(chromedp.Click(chromedp.CSS(rowSel("#dl-table", one) + ` td.actions button:nth-child(2)`)))
+	p.until("dead letter "+one+" gone", "!"+rowExpr("#dl-table", one))
+	assert.Contains(t, p.text("#progress"), "Retried "+one)
+	st, err := s.state(one)
+	require.NoError(t, err)
+	assert.NotEqual(t, workflows.StatusDead, st.Status)
+	assert.Equal(t, "op", st.Events[len(st.Events)-1].Actor)
+
+	// Select three, bulk retry, see the progress line.
+	many := s.dead(q, "", "b2", "b3", "b4")
+	for _, id := range many {
+		p.until("dead letter "+id, rowExpr("#dl-table", id))
+	}
+	for _, id := range many {
+		p.do(chromedp.Click(chromedp.CSS(rowSel("#dl-table", id) + ` input.row-select`)))
+	}
+	p.do(chromedp.Click(chromedp.CSS("#dl-bulk-retry")))
+	p.until("the bulk progress line", `document.querySelector("#progress").textContent.includes("3/3 succeeded")`)
+	assert.Equal(t, "Bulk retry complete: 3/3 succeeded.", p.text("#progress"))
+
+	// Delete asks first.
+	del := s.dead(q, "", "b5")[0]
+	p.until("dead letter "+del, rowExpr("#dl-table", del))
+	p.do(chromedp.Click(chromedp.CSS(rowSel("#dl-table", del) + ` td.actions button:nth-child(4)`)))
+	p.until("dead letter "+del+" gone", "!"+rowExpr("#dl-table", del))
+	p.mu.Lock()
+	assert.Contains(t, p.dialogs, "Permanently delete this entry?")
+	p.mu.Unlock()
+	st, err = s.state(del)
+	require.NoError(t, err)
+	assert.Equal(t, workflows.StatusDiscarded, st.Status)
+
+	// All handled: the empty state again.
+	p.until("the empty state", `!document.querySelector("#dl-empty").hidden`)
+	assert.Equal(t, "No failed events. All integrations healthy.", p.text("#dl-empty"))
+}

@@ -1,0 +1,370 @@
+//go:build integration
+
+package e2e
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"net/http"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"retry-scheduler/message"
+	"retry-scheduler/service"
+	"retry-scheduler/workflows"
+)
+
+// 8. A scripted run moves every counter by exactly what happened (SPEC §7), the depth gauges
+// follow visibility, and every scheduling action is logged with its fields.
+func TestMetricsAfterScriptedRun(t *testing.T) {
+	s := newStack(t)
+	s.cfg.MetricsInterval = 200 * time.Millisecond
+	logs := &syncBuffer{}
+	s.runLogged("all", logs)
+	orders := s.queue(s.prefix+".orders", nil)    // e2e-fast: a retry 300 ms after each failure
+	slow := s.queue(s.prefix+".slow-orders", nil) // e2e-slow: 4 s
+	metricsURL := "http://" + s.cfg.HTTPAddr + "/metrics"
+
+	// The consumer of orders fails every "ex-" message again (reporting it as a service
+	// would) and takes the others.
+	s.consume(orders, func(d amqp.Delivery) {
+		if strings.HasPrefix(d.MessageId, "ex-") {
+			n := int(d.Headers["x-retry-count"].(int32))
+			key, _ := d.Headers["x-retry-key"].(string)
+			_ = s.sendRetry(message.RetryMessage{MessageID: d.MessageId, OriginalPayload: d.Body, OriginalQueue: orders,
+				ErrorReason: fmt.Sprintf("503 #%d", n+1), HTTPStatus: 503, RetryCount: n, RetryKey: key, MaxRetries: 2})
+		}
+		_ = d.Ack(false)
+	})
+	s.consume(slow, nil)
+	dead := s.consume(s.dlq, nil)
+
+	before := mustScrape(t, metricsURL)
+
+	// A slow retry first: the depth gauge sees it waiting, not yet due.
+	s.publishRetry(message.RetryMessage{MessageID: "slow-1", OriginalPayload: []byte("s"), OriginalQueue: slow, ErrorReason: "503"})
+	eventually(t, 30*time.Second, func() error {
+		m, err := scrape(metricsURL)
+		if err != nil {
+			return err
+		}
+		if d, due := m.value("retry_queue_depth"), m.value("retry_due"); d != 1 || due != 0 {
+			return fmt.Errorf("retry_queue_depth %v, retry_due %v", d, due)
+		}
+		return nil
+	})
+
+	// Three delivered after one retry, one exhausted after two (max_retries 2), one poison.
+	for i := 1; i <= 3; i++ {
+		s.publishRetry(message.RetryMessage{MessageID: fmt.Sprintf("ok-%d", i), OriginalPayload: []byte("o"), OriginalQueue: orders, ErrorReason: "503"})
+	}
+	s.publishRetry(message.RetryMessage{MessageID: "ex-1", OriginalPayload: []byte("e"), OriginalQueue: orders, ErrorReason: "503 #1", HTTPStatus: 503, MaxRetries: 2})
+	s.publishRaw(s.ingress, amqp.Publishing{ContentType: "application/json", MessageId: "poison-1", Body: []byte("{not json")})
+
+	reasons := map[string]bool{}
+	for range 2 {
+		reasons[envelopeOf(t, dead.next(t, 60*time.Second)).DeadReason] = true
+	}
+	require.Equal(t, map[string]bool{"exhausted": true, "poison": true}, reasons)
+	for _, id := range []string{workflows.WorkflowID(orders, "ok-1"), workflows.WorkflowID(orders, "ok-2"),
+		workflows.WorkflowID(orders, "ok-3"), workflows.WorkflowID(slow, "slow-1")} {
+		require.Equal(t, workflows.StatusDelivered, s.workflowResult(id, 60*time.Second).Status, id)
+	}
+	exID := workflows.WorkflowID(orders, "ex-1")
+	st, err := s.state(exID)
+	require.NoError(t, err)
+	require.Equal(t, workflows.StatusDead, st.Status)
+
+	// Counters: exact deltas. SDK metrics reach the registry through tally once a second and
+	// the gauges on the next poll, so wait until everything agrees (or the deadline).
+	want := map[string]float64{
+		series("retries_scheduled_total", "queue", orders):                         5, // 3 × 1 + 2
+		series("retries_scheduled_total", "queue", slow):                           1,
+		series("retries_executed_total", "queue", orders, "status", "success"):     5, // seed 002's re-queued count
+		series("retries_executed_total", "queue", slow, "status", "success"):       1,
+		series("retries_executed_total", "queue", orders, "status", "failed"):      0,
+		series("retries_exhausted_total", "queue", orders):                         1,
+		series("dead_letters_total", "queue", s.dlq, "reason", "exhausted"):        1,
+		series("bridge_deliveries_total", "outcome", "accepted"):                   7, // 3 + 3 reports of ex-1 + 1
+		series("bridge_deliveries_total", "outcome", "poison"):                     1,
+		series("bridge_deliveries_total", "outcome", "requeued"):                   0,
+		series("bridge_failure_reports_total", "queue", orders):                    6,
+		series("bridge_failure_reports_total", "queue", slow):                      1,
+		series("retry_lateness_seconds_count"):                                     6,
+		series("retry_lateness_seconds_bucket", "le", "5"):                         6, // all within the 5 s SLO
+		series("temporal_workflow_completed_total", "task_queue", s.cfg.TaskQueue): 4, // SDK metric via tally, label value intact
+		series("depth_poll_errors_total"):                                          0,
+		series("retry_queue_depth"):                                                0, // gauges: values, not deltas
+		series("retry_due"):                                                        0,
+		series("dead_letter_depth"):                                                1,
+	}
+	gauges := map[string]bool{series("retry_queue_depth"): true, series("retry_due"): true, series("dead_letter_depth"): true}
+	var got map[string]float64
+	var last scraped
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		m, err := scrape(metricsURL)
+		if err != nil {
+			if time.Now().After(deadline) {
+				t.Fatal(err)
+			}
+			continue
+		}
+		last = m
+		got = map[string]float64{}
+		for k := range want {
+			if gauges[k] {
+				got[k] = last.value(k)
+			} else {
+				got[k] = last.value(k) - before.value(k)
+			}
+		}
+		if fmt.Sprint(got) == fmt.Sprint(want) || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	assert.Equal(t, want, got)
+
+	// The oldest dead letter's age is the poll's time minus its DeadAt (a scrape may fall
+	// between a poll's setting of the two gauges, hence the margin).
+	polled := last.value(series("depth_poll_last_success_timestamp_seconds"))
+	age := polled - float64(st.DeadAt.UnixNano())/1e9
+	assert.Greater(t, age, 0.0)
+	assert.InDelta(t, age, last.value(series("dead_letter_oldest_age_seconds")), 2)
+
+	// Types and names as Prometheus sees them.
+	for name, typ := range map[string]string{
+		"retries_scheduled_total": "counter", "retries_executed_total": "counter", "retries_exhausted_total": "counter",
+		"dead_letters_total": "counter", "bridge_deliveries_total": "counter", "bridge_failure_reports_total": "counter",
+		"depth_poll_errors_total": "counter", "retry_lateness_seconds": "histogram", "retry_queue_depth": "gauge",
+		"retry_due": "gauge", "dead_letter_depth": "gauge", "dead_letter_oldest_age_seconds": "gauge",
+		"depth_poll_last_success_timestamp_seconds": "gauge",
+	} {
+		assert.Equal(t, typ, last.types[name], name)
+	}
+	var own []string
+	for name, typ := range last.types {
+		if !strings.HasPrefix(name, "go_") && !strings.HasPrefix(name, "process_") && !strings.HasPrefix(name, "promhttp_") {
+			own = append(own, name+" "+typ)
+		}
+	}
+	sort.Strings(own)
+	t.Logf("metric families on /metrics besides go_*, process_*:\n%s", strings.Join(own, "\n"))
+
+	checkSchedulingLogs(t, logs.String())
+}
+
+// checkSchedulingLogs: every scheduling action of the run is one JSON line with the message
+// id, the attempt, the next retry time where one is scheduled, and the outcome.
+func checkSchedulingLogs(t *testing.T, out string) {
+	t.Helper()
+	type rec = map[string]any
+	var recs []rec
+	sc := bufio.NewScanner(strings.NewReader(out))
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		var r rec
+		require.NoError(t, json.Unmarshal(sc.Bytes(), &r), "not a JSON log line: %s", sc.Text())
+		recs = append(recs, r)
+	}
+	find := func(msg, id, outcome string) []rec {
+		var found []rec
+		for _, r := range recs {
+			if r["msg"] == msg && r["message_id"] == id && r["outcome"] == outcome {
+				found = append(found, r)
+			}
+		}
+		return found
+	}
+	attempts := func(rs []rec) []float64 {
+		var a []float64
+		for _, r := range rs {
+			v, ok := r["attempt"].(float64)
+			require.True(t, ok, "attempt in %v", r)
+			a = append(a, v)
+		}
+		sort.Float64s(a)
+		return a
+	}
+	for _, id := range []string{"ok-1", "ok-2", "ok-3", "slow-1", "ex-1"} {
+		scheduled := find("retry scheduled", id, "scheduled")
+		for _, r := range scheduled {
+			_, err := time.Parse(time.RFC3339Nano, fmt.Sprint(r["next_retry_at"]))
+			require.NoError(t, err, "next_retry_at in %v", r)
+			require.Equal(t, "temporal", r["component"])
+		}
+		republished := find("retry republished", id, "republished") // the workflow's
+		confirmed := find("retry republished", id, "success")       // the activity's, with the lateness
+		if id == "ex-1" {
+			assert.Equal(t, []float64{1, 2}, attempts(scheduled), id)
+			assert.Equal(t, []float64{1, 2}, attempts(republished), id)
+			assert.Equal(t, []float64{1, 2}, attempts(confirmed), id)
+			deadRecs := find("dead-lettered", id, "dead")
+			require.Len(t, deadRecs, 1, id)
+			assert.Equal(t, "exhausted", deadRecs[0]["cause"])
+			assert.Equal(t, []float64{2}, attempts(deadRecs), id)
+			continue
+		}
+		assert.Equal(t, []float64{1}, attempts(scheduled), id)
+		assert.Equal(t, []float64{1}, attempts(republished), id)
+		assert.Equal(t, []float64{1}, attempts(confirmed), id)
+		assert.Equal(t, []float64{1}, attempts(find("retry delivered", id, "delivered")), id)
+	}
+	assert.Len(t, find("undecodable delivery dead-lettered", "poison-1", "poison"), 1)
+}
+
+// runLogged is stack.run with the service's JSON logs written to w.
+func (s *stack) runLogged(mode string, w io.Writer) {
+	s.t.Helper()
+	cfg := s.cfg
+	cfg.Mode = mode
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- service.Run(ctx, cfg, slog.New(slog.NewJSONHandler(w, nil))) }()
+	s.t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			require.NoError(s.t, err)
+		case <-time.After(45 * time.Second):
+			s.t.Error("service did not stop within 45s")
+		}
+	})
+	s.waitReady(cfg)
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}
+
+// scraped is one /metrics page: samples by series key, and families' types.
+type scraped struct {
+	samples map[string]float64
+	types   map[string]string
+}
+
+// series is the key of a series: its name and label pairs sorted by label name.
+func series(name string, labelPairs ...string) string {
+	pairs := make([]string, 0, len(labelPairs)/2)
+	for i := 0; i+1 < len(labelPairs); i += 2 {
+		pairs = append(pairs, labelPairs[i]+"="+strconv.Quote(labelPairs[i+1]))
+	}
+	sort.Strings(pairs)
+	return name + "{" + strings.Join(pairs, ",") + "}"
+}
+
+// value sums the samples of key's name whose labels include key's labels: a key may name a
+// subset of a series' labels (the SDK adds namespace, workflow_type, ...).
+func (m scraped) value(key string) float64 {
+	name, labels, _ := strings.Cut(key, "{")
+	want := strings.Split(strings.TrimSuffix(labels, "}"), ",")
+	var sum float64
+	for k, v := range m.samples {
+		n, l, _ := strings.Cut(k, "{")
+		if n != name {
+			continue
+		}
+		have := map[string]bool{}
+		for _, p := range strings.Split(strings.TrimSuffix(l, "}"), ",") {
+			have[p] = true
+		}
+		all := true
+		for _, p := range want {
+			if p != "" && !have[p] {
+				all = false
+				break
+			}
+		}
+		if all {
+			sum += v
+		}
+	}
+	return sum
+}
+
+var labelPair = regexp.MustCompile(`([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"`)
+
+// scrapeClient waits longer than httpClient: a loaded machine can take seconds to gather.
+var scrapeClient = &http.Client{Timeout: 15 * time.Second}
+
+func mustScrape(t *testing.T, url string) scraped {
+	t.Helper()
+	m, err := scrape(url)
+	require.NoError(t, err)
+	return m
+}
+
+func scrape(url string) (scraped, error) {
+	resp, err := scrapeClient.Get(url)
+	if err != nil {
+		return scraped{}, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return scraped{}, fmt.Errorf("GET %s: %s", url, resp.Status)
+	}
+	m := scraped{samples: map[string]float64{}, types: map[string]string{}}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if f := strings.Fields(line); len(f) == 4 && f[0] == "#" && f[1] == "TYPE" {
+			m.types[f[2]] = f[3]
+			continue
+		}
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		i := strings.LastIndexByte(line, ' ')
+		v, err := strconv.ParseFloat(line[i+1:], 64)
+		if err != nil {
+			return scraped{}, fmt.Errorf("sample %q: %w", line, err)
+		}
+		if math.IsNaN(v) {
+			continue
+		}
+		name, labels := line[:i], ""
+		if j := strings.IndexByte(name, '{'); j >= 0 {
+			name, labels = name[:j], name[j:]
+		}
+		var pairs []string
+		for _, p := range labelPair.FindAllStringSubmatch(labels, -1) {
+			val, err := strconv.Unquote(`"` + p[2] + `"`)
+			if err != nil {
+				return scraped{}, fmt.Errorf("label in %q: %w", line, err)
+			}
+			pairs = append(pairs, p[1], val)
+		}
+		m.samples[series(name, pairs...)] = v
+	}
+	return m, sc.Err()
+}

@@ -1,0 +1,335 @@
+//go:build integration
+
+package e2e
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"retry-scheduler/message"
+	"retry-scheduler/workflows"
+)
+
+// The ops API's test tokens (name:role[:tenant]=secret).
+const (
+	viewerToken = "viewer-secret-0000000001"
+	opToken     = "op-secret-000000000001"
+	adminToken  = "admin-secret-0000000001"
+	acmeToken   = "acme-secret-0000000001"
+	opsTokens   = "viewer:viewer=" + viewerToken + ",op:operator=" + opToken + ",admin:admin=" + adminToken +
+		",acme-op:operator:acme=" + acmeToken
+)
+
+var opsClient = &http.Client{Timeout: 90 * time.Second}
+
+// opsAPI calls the stack's ops API.
+type opsAPI struct {
+	t    *testing.T
+	base string
+}
+
+func (s *stack) runWithOps() *opsAPI {
+	s.t.Helper()
+	s.cfg.APITokens = opsTokens
+	s.run("all")
+	return &opsAPI{t: s.t, base: "http://" + s.cfg.HTTPAddr}
+}
+
+// call sends body (nil: none; a string: as is; else JSON) and decodes the JSON answer.
+func (a *opsAPI) call(token, method, path string, body any) (int, map[string]any) {
+	a.t.Helper()
+	var r io.Reader
+	switch b := body.(type) {
+	case nil:
+	case string:
+		r = strings.NewReader(b)
+	default:
+		j, err := json.Marshal(b)
+		require.NoError(a.t, err)
+		r = bytes.NewReader(j)
+	}
+	req, err := http.NewRequest(method, a.base+path, r)
+	require.NoError(a.t, err)
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := opsClient.Do(req)
+	require.NoError(a.t, err)
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	require.NoError(a.t, err)
+	require.Equal(a.t, "application/json", resp.Header.Get("Content-Type"), "%s %s: %s", method, path, raw)
+	var out map[string]any
+	require.NoError(a.t, json.Unmarshal(raw, &out), "%s %s: %s", method, path, raw)
+	return resp.StatusCode, out
+}
+
+// must calls and requires the status.
+func (a *opsAPI) must(status int, token, method, path string, body any) map[string]any {
+	a.t.Helper()
+	code, out := a.call(token, method, path, body)
+	require.Equal(a.t, status, code, "%s %s: %v", method, path, out)
+	return out
+}
+
+// waitTotal polls a list until it holds want items (visibility is eventually consistent).
+func (a *opsAPI) waitTotal(token, path string, want int) map[string]any {
+	a.t.Helper()
+	var out map[string]any
+	eventually(a.t, 30*time.Second, func() error {
+		code, o := a.call(token, "GET", path, nil)
+		if code != 200 {
+			return fmt.Errorf("%s: %d %v", path, code, o)
+		}
+		out = o
+		if got := int(o["total"].(float64)); got != want {
+			return fmt.Errorf("%s: %d items, want %d", path, got, want)
+		}
+		return nil
+	})
+	return out
+}
+
+func msgPath(id string) string { return "/api/messages/" + url.PathEscape(id) }
+
+func itemIDs(out map[string]any) []string {
+	var ids []string
+	for _, it := range out["items"].([]any) {
+		ids = append(ids, it.(map[string]any)["id"].(string))
+	}
+	return ids
+}
+
+// dead publishes messages that go to dead at once (a permanent failure).
+func (s *stack) dead(queue, tenant string, ids ...string) []string {
+	s.t.Helper()
+	var wids []string
+	for _, id := range ids {
+		s.publishRetry(message.RetryMessage{MessageID: id, OriginalPayload: []byte("p-" + id), OriginalQueue: queue,
+			ErrorReason: "schema mismatch in " + id, ErrorCategory: "permanent", TenantID: tenant})
+		wids = append(wids, workflows.WorkflowID(queue, id))
+	}
+	return wids
+}
+
+// scheduled publishes messages that wait a minute for their first retry (seed 002's email policy).
+func (s *stack) scheduled(queue string, ids ...string) []string {
+	s.t.Helper()
+	var wids []string
+	for _, id := range ids {
+		s.publishRetry(message.RetryMessage{MessageID: id, OriginalPayload: []byte("p-" + id), OriginalQueue: queue,
+			ErrorReason: "503 from smtp", ErrorCategory: "transient", Policy: "email"})
+		wids = append(wids, workflows.WorkflowID(queue, id))
+	}
+	return wids
+}
+
+func TestOpsAPI(t *testing.T) {
+	s := newStack(t)
+	api := s.runWithOps()
+	q := s.queue(s.prefix+".orders", nil)
+	other := s.queue(s.prefix+".other", nil)
+	purgeQ := s.queue(s.prefix+".purge", nil)
+
+	d := s.dead(q, "", "d1", "d2", "d3", "d4", "d5", "d6")
+	acme := s.dead(q, "acme", "acme-1")[0]
+	globex := s.dead(q, "globex", "globex-1")[0]
+	sch := s.scheduled(q, "s1", "s2", "s3")
+	purge := s.dead(purgeQ, "", "p1", "p2")
+	// A queue name with a character a query literal must handle.
+	weirdQ := s.prefix + `.it's`
+	weird := s.dead(weirdQ, "", "w1")
+	// Delivered after the fast policy's 300 ms delay and 2 s quiet window.
+	s.publishRetry(message.RetryMessage{MessageID: "ok", OriginalPayload: []byte("p"), OriginalQueue: other, ErrorReason: "503"})
+	delivered := workflows.WorkflowID(other, "ok")
+
+	deadPath := "/api/dead-letters?queue=" + url.QueryEscape(q)
+	queuePath := "/api/retry-queue?queue=" + url.QueryEscape(q)
+	api.waitTotal(viewerToken, deadPath, 8)
+	api.waitTotal(viewerToken, queuePath, 3)
+
+	t.Run("ListRetryQueue", func(t *testing.T) {
+		out := api.must(200, viewerToken, "GET", queuePath, nil)
+		assert.ElementsMatch(t, sch, itemIDs(out))
+		var prev string
+		for _, it := range out["items"].([]any) {
+			row := it.(map[string]any)
+			assert.Equal(t, "scheduled", row["status"])
+			assert.Equal(t, "503 from smtp", row["last_error"])
+			assert.Equal(t, "transient", row["category"])
+			assert.EqualValues(t, 8, row["max_retries"])
+			next := row["next_retry_at"].(string)
+			assert.GreaterOrEqual(t, next, prev, "sorted by next retry time")
+			prev = next
+		}
+		page1 := api.must(200, viewerToken, "GET", queuePath+"&page_size=2", nil)
+		require.Len(t, itemIDs(page1), 2)
+		page2 := api.must(200, viewerToken, "GET", queuePath+"&page_size=2&next_page_token="+url.QueryEscape(page1["next_page_token"].(string)), nil)
+		assert.Nil(t, page2["next_page_token"])
+		assert.Equal(t, itemIDs(out), append(itemIDs(page1), itemIDs(page2)...), "pages follow the sort")
+
+		assert.Len(t, itemIDs(api.must(200, viewerToken, "GET", queuePath+"&status=scheduled&category=transient", nil)), 3)
+		assert.Empty(t, api.must(200, viewerToken, "GET", queuePath+"&category=permanent", nil)["items"])
+		// Untrusted filter values never become clauses: quotes and backslashes are refused,
+		// single quotes are quoted and match exactly.
+		api.must(400, viewerToken, "GET", "/api/retry-queue?queue="+url.QueryEscape(`x" OR RetryStatus != "y`), nil)
+		api.must(400, viewerToken, "GET", "/api/dead-letters?queue="+url.QueryEscape(`\" OR 1=1 --`), nil)
+		inj := api.must(200, viewerToken, "GET", "/api/dead-letters?queue="+url.QueryEscape(`x' OR '1'='1`), nil)
+		assert.EqualValues(t, 0, inj["total"])
+		out = api.waitTotal(viewerToken, "/api/dead-letters?queue="+url.QueryEscape(weirdQ), 1)
+		assert.Equal(t, weird, itemIDs(out))
+	})
+
+	t.Run("ListDeadLetters", func(t *testing.T) {
+		out := api.must(200, viewerToken, "GET", deadPath, nil)
+		assert.ElementsMatch(t, append(append([]string{}, d...), acme, globex), itemIDs(out))
+		var prev = "9999"
+		for _, it := range out["items"].([]any) {
+			row := it.(map[string]any)
+			assert.Equal(t, "dead", row["status"])
+			assert.Equal(t, "permanent", row["category"])
+			assert.Contains(t, row["last_error"], "schema mismatch in")
+			at := row["dead_at"].(string)
+			assert.LessOrEqual(t, at, prev, "newest first")
+			prev = at
+		}
+		future := time.Now().Add(time.Hour).UTC().Format(time.RFC3339)
+		past := time.Now().Add(-time.Hour).UTC().Format(time.RFC3339)
+		assert.Empty(t, api.must(200, viewerToken, "GET", deadPath+"&from="+future, nil)["items"])
+		assert.Len(t, itemIDs(api.must(200, viewerToken, "GET", deadPath+"&from="+past+"&to="+future+"&category=permanent", nil)), 8)
+		// A tenant-scoped token sees its tenant only.
+		assert.Equal(t, []string{acme}, itemIDs(api.must(200, acmeToken, "GET", deadPath, nil)))
+	})
+
+	t.Run("GetMessage", func(t *testing.T) {
+		out := api.must(200, viewerToken, "GET", msgPath(d[0]), nil)
+		assert.Equal(t, d[0], out["id"])
+		assert.Equal(t, "running", out["workflow"].(map[string]any)["status"])
+		st := out["state"].(map[string]any)
+		assert.Equal(t, "dead", st["status"])
+		assert.Len(t, st["attempts"], 1)
+		// The raw form, slashes and all, works too.
+		assert.Equal(t, d[0], api.must(200, viewerToken, "GET", "/api/messages/"+d[0], nil)["id"])
+		api.must(200, viewerToken, "GET", "/api/whoami", nil)
+	})
+
+	t.Run("Refusals", func(t *testing.T) {
+		for _, tt := range []struct {
+			token, method, path string
+			body                any
+			status              int
+			contains            string
+		}{
+			{"", "GET", deadPath, nil, 401, "bearer token"},
+			{"not-a-token-at-all-xyz", "GET", deadPath, nil, 401, "bearer token"},
+			{viewerToken, "POST", msgPath(d[5]) + "/retry", nil, 403, "needs operator"},
+			{viewerToken, "POST", "/api/dead-letters/bulk-retry", map[string]any{"ids": []string{d[5]}}, 403, "needs operator"},
+			{opToken, "POST", "/api/dead-letters/purge", map[string]any{"dry_run": true}, 403, "needs admin"},
+			{acmeToken, "POST", msgPath(globex) + "/retry", nil, 403, "another tenant"},
+			{acmeToken, "GET", msgPath(globex), nil, 403, "another tenant"},
+			{acmeToken, "GET", "/api/dead-letters?tenant=globex", nil, 403, "scoped to tenant"},
+			{opToken, "POST", msgPath(workflows.WorkflowID(q, "nope")) + "/retry", nil, 404, "no message"},
+			{viewerToken, "GET", msgPath(workflows.WorkflowID(q, "nope")), nil, 404, "no message"},
+			{opToken, "POST", msgPath(sch[0]) + "/resolve", nil, 409, "is scheduled"},
+			{opToken, "POST", msgPath(d[5]) + "/skip", nil, 409, "is dead"},
+			{opToken, "POST", msgPath(d[5]) + "/retry", "{not json", 400, "not the JSON"},
+			{opToken, "POST", msgPath(d[5]) + "/retry", `{"reason": 7}`, 400, "not the JSON"},
+			{opToken, "POST", "/api/retry-queue/bulk-retry", `{"ids": "x"}`, 400, "not the JSON"},
+			{opToken, "POST", "/api/dead-letters/replay", map[string]any{"older_than": "yesterday"}, 400, "older_than"},
+			{viewerToken, "GET", "/api/dead-letters?from=yesterday", nil, 400, "RFC 3339"},
+			{viewerToken, "GET", "/api/retry-queue?category=bogus", nil, 400, "category"},
+		} {
+			code, out := api.call(tt.token, tt.method, tt.path, tt.body)
+			assert.Equal(t, tt.status, code, "%s %s: %v", tt.method, tt.path, out)
+			assert.Contains(t, out["error"], tt.contains, "%s %s", tt.method, tt.path)
+		}
+		// Retrying a delivered message is refused, naming its status.
+		eventually(t, 30*time.Second, func() error {
+			st, err := s.state(delivered)
+			if err == nil && st.Status != workflows.StatusDelivered {
+				err = fmt.Errorf("status %s", st.Status)
+			}
+			return err
+		})
+		out := api.must(409, opToken, "POST", msgPath(delivered)+"/retry", nil)
+		assert.Equal(t, "delivered", out["current_status"])
+		assert.Contains(t, out["error"], "is delivered")
+	})
+
+	t.Run("Actions", func(t *testing.T) {
+		out := api.must(200, opToken, "POST", msgPath(sch[0])+"/skip", map[string]string{"reason": "smtp is gone"})
+		assert.Equal(t, true, out["applied"])
+		assert.Equal(t, "dead", out["state"].(map[string]any)["status"])
+
+		out = api.must(200, opToken, "POST", msgPath(d[0])+"/retry", map[string]string{"reason": "schema fixed"})
+		assert.NotEqual(t, "dead", out["state"].(map[string]any)["status"])
+		assert.EqualValues(t, 1, out["state"].(map[string]any)["resets"])
+
+		out = api.must(200, opToken, "POST", msgPath(d[1])+"/resolve", nil)
+		assert.Equal(t, "resolved", out["state"].(map[string]any)["status"])
+		out = api.must(200, opToken, "POST", msgPath(d[2])+"/discard", "")
+		assert.Equal(t, "discarded", out["state"].(map[string]any)["status"])
+		out = api.must(200, opToken, "DELETE", "/api/dead-letters/"+url.PathEscape(d[3]), nil)
+		assert.Equal(t, "discarded", out["state"].(map[string]any)["status"])
+
+		// The actor and reason travel in the signal: the workflow's own record names them.
+		st, err := s.state(sch[0])
+		require.NoError(t, err)
+		last := st.Events[len(st.Events)-1]
+		assert.Equal(t, workflows.Event{At: last.At, Kind: workflows.SignalSkip, Actor: "op", Detail: "smtp is gone"}, last)
+	})
+
+	t.Run("BulkRetry", func(t *testing.T) {
+		out := api.must(200, opToken, "POST", "/api/retry-queue/bulk-retry", map[string]any{
+			"ids": []string{sch[1], sch[2], d[4], workflows.WorkflowID(q, "nope")}, "reason": "smtp back"})
+		assert.EqualValues(t, 2, out["succeeded"])
+		assert.EqualValues(t, 2, out["failed"])
+		errs := out["errors"].(map[string]any)
+		assert.Contains(t, errs[d[4]], "is dead, not scheduled")
+		assert.Contains(t, errs[workflows.WorkflowID(q, "nope")], "no message")
+
+		out = api.must(200, opToken, "POST", "/api/dead-letters/bulk-retry", map[string]any{"ids": []string{d[4], sch[1]}})
+		assert.EqualValues(t, 1, out["succeeded"])
+		assert.EqualValues(t, 1, out["failed"])
+	})
+
+	t.Run("ReplayAndPurge", func(t *testing.T) {
+		// Left dead in q: d6, acme-1, globex-1 and the skipped s1.
+		api.waitTotal(viewerToken, deadPath, 4)
+		dry := api.must(200, acmeToken, "POST", "/api/dead-letters/replay", map[string]any{"queue": q, "dry_run": true})
+		assert.EqualValues(t, 1, dry["count"], "a tenant's replay counts its own only")
+		dry = api.must(200, opToken, "POST", "/api/dead-letters/replay", map[string]any{"queue": q, "older_than": "1h", "dry_run": true})
+		assert.EqualValues(t, 0, dry["count"], "nothing has been dead for an hour")
+
+		dry = api.must(200, opToken, "POST", "/api/dead-letters/replay", map[string]any{"queue": q, "dry_run": true})
+		out := api.must(200, opToken, "POST", "/api/dead-letters/replay", map[string]any{"queue": q, "reason": "incident 42 over"})
+		assert.EqualValues(t, 4, dry["count"])
+		assert.Equal(t, dry["count"], out["count"], "the dry run counts what the replay replays")
+		assert.EqualValues(t, 4, out["succeeded"])
+		assert.EqualValues(t, 0, out["failed"])
+		api.waitTotal(viewerToken, deadPath, 0)
+
+		purgePath := "/api/dead-letters?queue=" + url.QueryEscape(purgeQ)
+		api.waitTotal(viewerToken, purgePath, 2)
+		dry = api.must(200, adminToken, "POST", "/api/dead-letters/purge", map[string]any{"queue": purgeQ, "category": "permanent", "dry_run": true})
+		assert.EqualValues(t, 2, dry["count"])
+		out = api.must(200, adminToken, "POST", "/api/dead-letters/purge", map[string]any{"queue": purgeQ, "category": "permanent"})
+		assert.EqualValues(t, 2, out["succeeded"])
+		api.waitTotal(viewerToken, purgePath, 0)
+		for _, id := range purge {
+			st, err := s.state(id)
+			require.NoError(t, err)
+			assert.Equal(t, workflows.StatusDiscarded, st.Status)
+		}
+	})
+}

@@ -1,0 +1,343 @@
+package metrics
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.temporal.io/api/workflowservice/v1"
+	"go.temporal.io/sdk/converter"
+
+	"retry-scheduler/workflows"
+)
+
+// Visibility is what the depth poller needs from Temporal; a client.Client has both methods.
+type Visibility interface {
+	CountWorkflow(ctx context.Context, req *workflowservice.CountWorkflowExecutionsRequest) (*workflowservice.CountWorkflowExecutionsResponse, error)
+	ListWorkflow(ctx context.Context, req *workflowservice.ListWorkflowExecutionsRequest) (*workflowservice.ListWorkflowExecutionsResponse, error)
+}
+
+// DepthConfig configures a DepthPoller.
+type DepthConfig struct {
+	// Client answers the visibility queries. Required.
+	Client Visibility
+	// TaskQueue limits the counts to RetryWorkflows of this task queue, so that deployments
+	// sharing a namespace count apart. Defaults to "" (every task queue).
+	TaskQueue string
+	// Interval is the time between two polls. Defaults to 15s.
+	Interval time.Duration
+	// Timeout bounds one poll (all its queries). Defaults to 10s.
+	Timeout time.Duration
+	// PageSize is the most dead letters one list call returns while finding the oldest.
+	// Defaults to 100.
+	PageSize int
+	// Logger logs failed polls. Defaults to slog.Default().
+	Logger *slog.Logger
+	// Now is the clock. Defaults to time.Now.
+	Now func() time.Time
+}
+
+func (c DepthConfig) withDefaults() DepthConfig {
+	if c.Interval <= 0 {
+		c.Interval = 15 * time.Second
+	}
+	if c.Timeout <= 0 {
+		c.Timeout = 10 * time.Second
+	}
+	if c.PageSize <= 0 {
+		c.PageSize = 100
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	return c
+}
+
+// Statuses the gauges count.
+var (
+	liveStatuses = []workflows.Status{workflows.StatusScheduled, workflows.StatusRepublishing, workflows.StatusAwaitingOutcome}
+	deadStatuses = []workflows.Status{workflows.StatusDead}
+)
+
+// DepthPoller sets the depth gauges from Temporal visibility counts on an interval. One
+// process per deployment is enough (service runs it where the bridge runs); with several,
+// each exports the same values, so aggregate the gauges with max, not sum.
+type DepthPoller struct {
+	cfg DepthConfig
+	vis visibility
+
+	depth, due, deadDepth, oldestAge, lastSuccess prometheus.Gauge
+	errors                                        prometheus.Counter
+
+	// oldest is the DeadAt of the oldest dead letter at the last poll; zero when none.
+	oldest time.Time
+}
+
+// NewDepthPoller registers the gauges on reg and returns the poller; Run it.
+func NewDepthPoller(cfg DepthConfig, reg prometheus.Registerer) *DepthPoller {
+	cfg = cfg.withDefaults()
+	gauge := func(name, help string) prometheus.Gauge {
+		return register(reg, prometheus.NewGauge(prometheus.GaugeOpts{Name: name, Help: help}))
+	}
+	return &DepthPoller{
+		cfg: cfg,
+		vis: &temporalVisibility{client: cfg.Client, base: baseQuery(cfg.TaskQueue)},
+		depth: gauge("retry_queue_depth",
+			"Messages waiting for a retry: RetryWorkflows scheduled, republishing or awaiting-outcome (seed 000), from visibility counts."),
+		due: gauge("retry_due",
+			"Retries past their NextRetryTime and not republished yet (seed 002's due count), from visibility counts."),
+		deadDepth: gauge("dead_letter_depth",
+			"Dead letters parked for an operator (RetryStatus dead), from visibility counts."),
+		oldestAge: gauge("dead_letter_oldest_age_seconds",
+			"Age of the oldest parked dead letter (now minus its DeadAt); 0 when there is none."),
+		lastSuccess: gauge("depth_poll_last_success_timestamp_seconds",
+			"Unix time of the last poll whose every query succeeded; the depth gauges are as of then."),
+		errors: register(reg, prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "depth_poll_errors_total",
+			Help: "Depth polls with a failed visibility query (the gauges keep their last values).",
+		})),
+	}
+}
+
+// Run polls now and then every Interval until ctx is done; it returns nil then. A failed poll
+// is logged and counted, never fatal.
+func (p *DepthPoller) Run(ctx context.Context) error {
+	t := time.NewTicker(p.cfg.Interval)
+	defer t.Stop()
+	for {
+		if err := p.Poll(ctx); err != nil && ctx.Err() == nil {
+			p.cfg.Logger.Warn("depth poll failed; gauges keep their last values", "error", err)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+// Poll runs one round of queries, within Timeout, and sets every gauge whose query
+// succeeded. It returns the failures, joined; each failed poll counts once in
+// depth_poll_errors_total (unless ctx itself ended).
+func (p *DepthPoller) Poll(ctx context.Context) error {
+	parent := ctx
+	ctx, cancel := context.WithTimeout(ctx, p.cfg.Timeout)
+	defer cancel()
+	now := p.cfg.Now()
+
+	var errs []error
+	set := func(g prometheus.Gauge, what string, f filter) (int64, bool) {
+		n, err := p.vis.count(ctx, f)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("count %s: %w", what, err))
+			return 0, false
+		}
+		g.Set(float64(n))
+		return n, true
+	}
+	set(p.depth, "retry queue", filter{statuses: liveStatuses})
+	set(p.due, "due retries", filter{statuses: []workflows.Status{workflows.StatusScheduled}, nextRetryBy: now})
+	if dead, ok := set(p.deadDepth, "dead letters", filter{statuses: deadStatuses}); ok {
+		oldest, err := p.oldestDeadAt(ctx, now, dead)
+		switch {
+		case err != nil:
+			errs = append(errs, fmt.Errorf("find the oldest dead letter: %w", err))
+		case oldest.IsZero():
+			p.oldestAge.Set(0)
+		default:
+			p.oldestAge.Set(max(now.Sub(oldest), 0).Seconds())
+		}
+	}
+	if len(errs) > 0 {
+		if parent.Err() == nil {
+			p.errors.Inc()
+		}
+		return errors.Join(errs...)
+	}
+	p.lastSuccess.Set(float64(now.UnixNano()) / 1e9)
+	return nil
+}
+
+// oldestDeadAt finds the smallest DeadAt among the dead letters. Temporal's SQL visibility
+// (the dev server's SQLite, PostgreSQL, MySQL) refuses ORDER BY ("operation is not
+// supported: 'order by' clause"), so it cannot be one sorted list call. Instead: while more
+// than PageSize dead letters have DeadAt <= hi, move hi back (doubling steps, then
+// bisection) using counts; then list those few and take the smallest. The answer is
+// remembered: new dead letters are always newer, so the next poll only checks with two
+// counts that it is still there and still the oldest.
+func (p *DepthPoller) oldestDeadAt(ctx context.Context, now time.Time, dead int64) (time.Time, error) {
+	if dead == 0 {
+		p.oldest = time.Time{}
+		return time.Time{}, nil
+	}
+	deadBy := func(t time.Time) (int64, error) {
+		return p.vis.count(ctx, filter{statuses: deadStatuses, deadBy: t})
+	}
+	if !p.oldest.IsZero() {
+		before, err := deadBy(p.oldest.Add(-time.Millisecond))
+		if err != nil {
+			return time.Time{}, err
+		}
+		if before == 0 {
+			at, err := deadBy(p.oldest.Add(time.Millisecond))
+			if err != nil {
+				return time.Time{}, err
+			}
+			if at > 0 {
+				return p.oldest, nil
+			}
+		}
+	}
+
+	// Invariant: count(DeadAt <= hi) = n > 0 (hi zero: no bound); count(DeadAt <= lo) = 0
+	// (lo zero: not known yet).
+	var lo, hi time.Time
+	n := dead
+	step := time.Minute
+	for i := 0; n > int64(p.cfg.PageSize) && i < 100; i++ {
+		upper := hi
+		if upper.IsZero() {
+			upper = now.Add(time.Minute)
+		}
+		var mid time.Time
+		if lo.IsZero() {
+			mid = upper.Add(-step)
+			if step < 100*365*24*time.Hour {
+				step *= 2
+			}
+		} else {
+			if upper.Sub(lo) <= time.Millisecond {
+				break // more than PageSize dead within one millisecond: any of them will do
+			}
+			mid = lo.Add(upper.Sub(lo) / 2)
+		}
+		c, err := deadBy(mid)
+		if err != nil {
+			return time.Time{}, err
+		}
+		if c == 0 {
+			lo = mid
+		} else {
+			hi, n = mid, c
+		}
+	}
+	ats, err := p.vis.deadAts(ctx, filter{statuses: deadStatuses, deadBy: hi}, p.cfg.PageSize)
+	if err != nil {
+		return time.Time{}, err
+	}
+	var oldest time.Time
+	for _, t := range ats {
+		if oldest.IsZero() || t.Before(oldest) {
+			oldest = t
+		}
+	}
+	p.oldest = oldest
+	return oldest, nil
+}
+
+// filter selects RetryWorkflows; zero fields select everything.
+type filter struct {
+	statuses []workflows.Status
+	// nextRetryBy selects NextRetryTime <= it; deadBy selects DeadAt <= it (both to the
+	// millisecond, see visTime).
+	nextRetryBy, deadBy time.Time
+}
+
+// visibility is the poller's view of Temporal: counts and DeadAt values by filter.
+type visibility interface {
+	count(ctx context.Context, f filter) (int64, error)
+	deadAts(ctx context.Context, f filter, limit int) ([]time.Time, error)
+}
+
+// temporalVisibility renders filters as visibility queries.
+type temporalVisibility struct {
+	client Visibility
+	base   string
+}
+
+// baseQuery selects running RetryWorkflows (of one task queue when given). Running matters:
+// a terminated workflow keeps the RetryStatus it had.
+func baseQuery(taskQueue string) string {
+	q := fmt.Sprintf("WorkflowType = %s AND ExecutionStatus = 'Running'", quote(workflows.RetryWorkflowName))
+	if taskQueue != "" {
+		q += " AND TaskQueue = " + quote(taskQueue)
+	}
+	return q
+}
+
+func (f filter) query(base string) string {
+	var b strings.Builder
+	b.WriteString(base)
+	switch len(f.statuses) {
+	case 0:
+	case 1:
+		fmt.Fprintf(&b, " AND %s = %s", workflows.SAStatus.GetName(), quote(string(f.statuses[0])))
+	default:
+		quoted := make([]string, len(f.statuses))
+		for i, s := range f.statuses {
+			quoted[i] = quote(string(s))
+		}
+		fmt.Fprintf(&b, " AND %s IN (%s)", workflows.SAStatus.GetName(), strings.Join(quoted, ", "))
+	}
+	if !f.nextRetryBy.IsZero() {
+		fmt.Fprintf(&b, " AND %s <= %s", workflows.SANextRetryTime.GetName(), quote(visTime(f.nextRetryBy)))
+	}
+	if !f.deadBy.IsZero() {
+		fmt.Fprintf(&b, " AND %s <= %s", workflows.SADeadAt.GetName(), quote(visTime(f.deadBy)))
+	}
+	return b.String()
+}
+
+// visTime renders "at or before t's millisecond" for a Datetime comparison. The dev server's
+// SQLite visibility stores Datetime attributes as text with exactly three fractional digits
+// ("2025-01-05 00:00:00.500+00:00") and compares them as text with the query's time
+// rendered with trailing zeros trimmed ("2025-01-05 00:00:00.5+00:00"), so a time whose
+// milliseconds end in 0 compares wrongly ("<= 00:00:00.5" misses 00:00:00.500). Half a
+// millisecond past t's millisecond always has four digits, so the text comparison agrees
+// with the time comparison; on other stores it only shifts the bound by 0.5 ms.
+func visTime(t time.Time) string {
+	return t.UTC().Truncate(time.Millisecond).Add(500 * time.Microsecond).Format(time.RFC3339Nano)
+}
+
+// quote renders a visibility query string literal.
+func quote(s string) string {
+	return "'" + strings.NewReplacer(`\`, `\\`, `'`, `\'`).Replace(s) + "'"
+}
+
+func (v *temporalVisibility) count(ctx context.Context, f filter) (int64, error) {
+	q := f.query(v.base)
+	resp, err := v.client.CountWorkflow(ctx, &workflowservice.CountWorkflowExecutionsRequest{Query: q})
+	if err != nil {
+		return 0, fmt.Errorf("%s: %w", q, err)
+	}
+	return resp.GetCount(), nil
+}
+
+func (v *temporalVisibility) deadAts(ctx context.Context, f filter, limit int) ([]time.Time, error) {
+	q := f.query(v.base)
+	resp, err := v.client.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{Query: q, PageSize: int32(limit)})
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", q, err)
+	}
+	dc := converter.GetDefaultDataConverter()
+	out := make([]time.Time, 0, len(resp.GetExecutions()))
+	for _, e := range resp.GetExecutions() {
+		p, ok := e.GetSearchAttributes().GetIndexedFields()[workflows.SADeadAt.GetName()]
+		if !ok {
+			continue
+		}
+		var t time.Time
+		if err := dc.FromPayload(p, &t); err != nil {
+			return nil, fmt.Errorf("decode %s of %s: %w", workflows.SADeadAt.GetName(), e.GetExecution().GetWorkflowId(), err)
+		}
+		out = append(out, t)
+	}
+	return out, nil
+}

@@ -1,0 +1,121 @@
+package ops
+
+import (
+	"net/url"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"retry-scheduler/workflows"
+)
+
+const base = `WorkflowType = "RetryWorkflow" AND ExecutionStatus = "Running" AND TaskQueue = "tq"`
+
+func TestQuoteEscapes(t *testing.T) {
+	assert.Equal(t, `"orders"`, quote("orders"))
+	assert.Equal(t, `"a\"b"`, quote(`a"b`))
+	assert.Equal(t, `"a\\b"`, quote(`a\b`))
+	assert.Equal(t, `"x\" OR RetryStatus != \"dead"`, quote(`x" OR RetryStatus != "dead`))
+	assert.Equal(t, `"it's"`, quote(`it's`), "single quotes are plain inside double quotes")
+	assert.Equal(t, `"\\\" OR 1=1 --"`, quote(`\" OR 1=1 --`), "a backslash cannot swallow the escape")
+}
+
+func TestRetryQueueQuery(t *testing.T) {
+	s := scope{TaskQueue: "tq"}
+	f, err := parseRetryQueueFilter(url.Values{})
+	require.NoError(t, err)
+	assert.Equal(t, base+` AND RetryStatus IN ("scheduled", "republishing", "awaiting-outcome")`, s.Query(f))
+
+	f, err = parseRetryQueueFilter(url.Values{"status": {"scheduled"}, "queue": {`it's`}, "category": {"Rate_Limited"}, "tenant": {"acme"}})
+	require.NoError(t, err)
+	assert.Equal(t, base+` AND RetryStatus = "scheduled" AND OriginalQueue = "it's" AND ErrorCategory = "rate-limited" AND TenantId = "acme"`, s.Query(f))
+
+	f, err = parseRetryQueueFilter(url.Values{"status": {"scheduled,awaiting-outcome"}})
+	require.NoError(t, err)
+	assert.Equal(t, base+` AND RetryStatus IN ("scheduled", "awaiting-outcome")`, s.Query(f))
+}
+
+func TestDeadLetterQuery(t *testing.T) {
+	s := scope{TaskQueue: "tq"}
+	f, err := parseDeadLetterFilter(url.Values{"queue": {"orders"}, "from": {"2026-01-01T00:00:00+01:00"}, "to": {"2026-01-02T00:00:00Z"}})
+	require.NoError(t, err)
+	assert.Equal(t, base+` AND RetryStatus = "dead" AND OriginalQueue = "orders" AND DeadAt >= "2025-12-31T23:00:00Z" AND DeadAt < "2026-01-02T00:00:00Z"`, s.Query(f))
+}
+
+func TestFiltersRefuseBadValues(t *testing.T) {
+	for _, q := range []url.Values{
+		{"status": {"dead"}},
+		{"status": {`scheduled" OR "1"="1`}},
+		{"category": {"nonsense"}},
+		{"queue": {"a\x00b"}},
+		{"queue": {`x" OR RetryStatus != "y`}},
+		{"queue": {`a\b`}},
+		{"queue": {"line\nbreak"}},
+		{"queue": {string(make([]byte, 300))}},
+		{"tenant": {"\xff"}},
+		{"sort": {"x"}},
+	} {
+		_, err := parseRetryQueueFilter(q)
+		var br badRequest
+		require.ErrorAs(t, err, &br, "%v", q)
+	}
+	for _, q := range []url.Values{
+		{"from": {"yesterday"}},
+		{"to": {"2026-01-01"}},
+		{"from": {"2026-01-02T00:00:00Z"}, "to": {"2026-01-01T00:00:00Z"}},
+		{"status": {"dead"}},
+	} {
+		_, err := parseDeadLetterFilter(q)
+		var br badRequest
+		require.ErrorAs(t, err, &br, "%v", q)
+	}
+}
+
+func TestBulkFilter(t *testing.T) {
+	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	f, err := BulkFilter{Queue: "orders", Category: "permanent", OlderThan: "2d"}.filter(now)
+	require.NoError(t, err)
+	assert.Equal(t, []workflows.Status{workflows.StatusDead}, f.Statuses)
+	assert.Equal(t, time.Date(2026, 2, 27, 12, 0, 0, 0, time.UTC), f.DeadTo)
+	assert.Equal(t, base+` AND RetryStatus = "dead" AND OriginalQueue = "orders" AND ErrorCategory = "permanent" AND DeadAt < "2026-02-27T12:00:00Z"`, scope{TaskQueue: "tq"}.Query(f))
+
+	for _, b := range []BulkFilter{{OlderThan: "-1h"}, {OlderThan: "soon"}, {OlderThan: "0s"}, {Category: "x"}, {Queue: "\x01"}} {
+		_, err := b.filter(now)
+		var br badRequest
+		require.ErrorAs(t, err, &br, "%+v", b)
+	}
+}
+
+func TestTenantScope(t *testing.T) {
+	f := Filter{}
+	require.NoError(t, tenantScope(Principal{Name: "all"}, &f))
+	assert.Empty(t, f.Tenant)
+	require.NoError(t, tenantScope(Principal{Name: "b", Tenant: "acme"}, &f))
+	assert.Equal(t, "acme", f.Tenant, "a scoped token's lists are filtered to its tenant")
+	f = Filter{Tenant: "globex"}
+	err := tenantScope(Principal{Name: "b", Tenant: "acme"}, &f)
+	var ae *apiError
+	require.ErrorAs(t, err, &ae)
+	assert.Equal(t, 403, ae.Status)
+}
+
+func TestCursorRoundTrip(t *testing.T) {
+	c := cursor{At: 12345, ID: "retry/orders/m-1"}
+	got, err := decodeCursor(c.encode())
+	require.NoError(t, err)
+	assert.Equal(t, c, *got)
+	for _, bad := range []string{"!!", "e30", "bm90IGpzb24"} {
+		_, err := decodeCursor(bad)
+		var br badRequest
+		require.ErrorAs(t, err, &br, bad)
+	}
+	n, err := parsePageSize("")
+	require.NoError(t, err)
+	assert.Equal(t, defaultPageSize, n)
+	for _, bad := range []string{"0", "501", "x", "-1"} {
+		_, err := parsePageSize(bad)
+		require.Error(t, err, bad)
+	}
+}

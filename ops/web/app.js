@@ -1,0 +1,317 @@
+// The operators' page: two tables over the JSON API (ops/README.md), no framework, no build.
+// Every value from the API is written with textContent, never as HTML.
+'use strict';
+
+const TOKEN_KEY = 'retry-scheduler-token';
+const CATEGORIES = ['transient', 'rate-limited', 'permanent', 'validation', 'client', 'configuration', 'unknown'];
+const BULK_CHUNK = 10;
+const REFRESH_MS = 10000;
+
+const $ = (sel, root = document) => root.querySelector(sel);
+const $$ = (sel, root = document) => Array.from(root.querySelectorAll(sel));
+
+let me = null; // {name, role, tenant, auth}
+
+class APIError extends Error {
+  constructor(status, message, body) { super(message); this.status = status; this.body = body; }
+}
+
+async function api(method, path, body) {
+  const headers = { 'Accept': 'application/json' };
+  const token = sessionStorage.getItem(TOKEN_KEY);
+  if (token) headers['Authorization'] = 'Bearer ' + token;
+  if (body !== undefined) headers['Content-Type'] = 'application/json';
+  const resp = await fetch('/api/' + path, { method, headers, body: body === undefined ? undefined : JSON.stringify(body) });
+  let data = null;
+  try { data = await resp.json(); } catch (_) { /* not JSON */ }
+  if (resp.status === 401) {
+    showLogin((data && data.error) || 'Sign in with an API token.');
+    throw new APIError(401, (data && data.error) || 'unauthorized', data);
+  }
+  if (!resp.ok) throw new APIError(resp.status, (data && data.error) || resp.statusText, data);
+  return data;
+}
+
+// ---- sign in --------------------------------------------------------------------------
+
+function showLogin(msg) {
+  $('#app').hidden = true;
+  $('#login').hidden = false;
+  $('#sign-out').hidden = true;
+  $('#whoami').textContent = '';
+  $('#login-error').textContent = msg || '';
+  $('#token-input').focus();
+}
+
+async function start() {
+  try {
+    me = await api('GET', 'whoami');
+  } catch (e) {
+    if (e.status !== 401) showLogin('Cannot reach the API: ' + e.message);
+    return;
+  }
+  $('#login').hidden = true;
+  $('#login-error').textContent = '';
+  $('#app').hidden = false;
+  $('#sign-out').hidden = me.auth === 'off';
+  $('#whoami').textContent = me.name + ' (' + me.role + (me.tenant ? ', tenant ' + me.tenant : '') + ')';
+  const canAct = me.role === 'operator' || me.role === 'admin';
+  $$('.act').forEach(el => { el.hidden = !canAct; });
+  $$('.admin').forEach(el => { el.hidden = me.role !== 'admin'; });
+  await refreshAll();
+}
+
+// ---- tables ---------------------------------------------------------------------------
+
+const tables = {
+  rq: { path: 'retry-queue', kind: 'retry', section: '#retry-queue', table: '#rq-table', empty: '#rq-empty', count: '#rq-count', filters: '#rq-filters', pages: [''], selected: new Set() },
+  dl: { path: 'dead-letters', kind: 'dead', section: '#dead-letters', table: '#dl-table', empty: '#dl-empty', count: '#dl-count', filters: '#dl-filters', pages: [''], selected: new Set() },
+};
+
+function filterParams(t) {
+  const p = new URLSearchParams();
+  for (const el of $(t.filters).elements) {
+    if (!el.name || !el.value) continue;
+    let v = el.value.trim();
+    if (el.type === 'datetime-local') v = new Date(v).toISOString();
+    if (v) p.set(el.name, v);
+  }
+  return p;
+}
+
+async function load(t) {
+  const p = filterParams(t);
+  const token = t.pages[t.pages.length - 1];
+  if (token) p.set('next_page_token', token);
+  const data = await api('GET', t.path + '?' + p.toString());
+  t.next = data.next_page_token || '';
+  render(t, data);
+}
+
+function fmtTime(iso) {
+  if (!iso) return '';
+  const d = new Date(iso);
+  const s = Math.round((d.getTime() - Date.now()) / 1000);
+  const abs = Math.abs(s);
+  if (abs < 5) return 'just now';
+  const rel = abs < 60 ? abs + 's' : abs < 3600 ? Math.round(abs / 60) + 'm' : abs < 86400 ? Math.round(abs / 3600) + 'h' : Math.round(abs / 86400) + 'd';
+  return (s >= 0 ? 'in ' + rel : rel + ' ago');
+}
+
+function cell(tr, text, cls, title) {
+  const td = document.createElement('td');
+  td.textContent = text == null ? '' : String(text);
+  if (cls) td.className = cls;
+  if (title) td.title = title;
+  tr.appendChild(td);
+  return td;
+}
+
+function button(label, onClick) {
+  const b = document.createElement('button');
+  b.type = 'button';
+  b.textContent = label;
+  b.addEventListener('click', onClick);
+  return b;
+}
+
+function render(t, data) {
+  const tbody = $(t.table + ' tbody');
+  tbody.replaceChildren();
+  const items = data.items || [];
+  const visible = new Set(items.map(i => i.id));
+  for (const id of Array.from(t.selected)) if (!visible.has(id)) t.selected.delete(id);
+  const canAct = me && (me.role === 'operator' || me.role === 'admin');
+  for (const it of items) {
+    const tr = document.createElement('tr');
+    tr.dataset.id = it.id;
+    const sel = document.createElement('td');
+    sel.className = 'sel';
+    const cb = document.createElement('input');
+    cb.type = 'checkbox';
+    cb.className = 'row-select';
+    cb.checked = t.selected.has(it.id);
+    cb.setAttribute('aria-label', 'select ' + it.id);
+    cb.addEventListener('change', () => { cb.checked ? t.selected.add(it.id) : t.selected.delete(it.id); });
+    sel.appendChild(cb);
+    tr.appendChild(sel);
+    cell(tr, it.message_id || it.id, 'id', it.id);
+    cell(tr, it.queue);
+    cell(tr, it.category);
+    cell(tr, it.retry_count + (it.max_retries ? ' / ' + it.max_retries : ''), 'attempts',
+      it.attempts ? it.attempts + ' failure(s) recorded' : '');
+    cell(tr, it.last_error || it.detail_error || '', 'err');
+    if (t.kind === 'retry') {
+      cell(tr, it.next_retry_at ? fmtTime(it.next_retry_at) : '—', 'when', it.next_retry_at || '');
+      cell(tr, it.status, 'status');
+    } else {
+      cell(tr, fmtTime(it.dead_at), 'when', it.dead_at || '');
+      cell(tr, it.dead_reason || '', 'reason');
+    }
+    const actions = document.createElement('td');
+    actions.className = 'actions';
+    actions.appendChild(button('Details', () => showDetail(it.id)));
+    if (canAct) {
+      if (t.kind === 'retry') {
+        if (it.status === 'scheduled') {
+          actions.appendChild(button('Retry now', () => rowAction(it.id, 'retry')));
+          actions.appendChild(button('Skip', () => rowAction(it.id, 'skip', 'Skip retry and move to Dead Letter Queue?')));
+        }
+      } else {
+        actions.appendChild(button('Retry', () => rowAction(it.id, 'retry')));
+        actions.appendChild(button('Resolve', () => rowAction(it.id, 'resolve', 'Mark this entry resolved?')));
+        actions.appendChild(button('Delete', () => rowAction(it.id, 'discard', 'Permanently delete this entry?')));
+      }
+    }
+    tr.appendChild(actions);
+    tbody.appendChild(tr);
+  }
+  const empty = items.length === 0 && t.pages.length === 1;
+  $(t.table).hidden = empty;
+  $(t.empty).hidden = !empty;
+  $(t.count).textContent = '(' + (data.total || 0) + (data.truncated ? '+' : '') + ')';
+  const section = $(t.section);
+  $('.pager .next', section).disabled = !t.next;
+  $('.pager .first', section).disabled = t.pages.length === 1;
+  $('.select-all', section).checked = items.length > 0 && items.every(i => t.selected.has(i.id));
+}
+
+let refreshing = false;
+async function refreshAll() {
+  if (refreshing) return;
+  refreshing = true;
+  try {
+    await Promise.all([load(tables.rq), load(tables.dl)]);
+  } catch (e) {
+    if (e.status !== 401) setProgress('Could not load: ' + e.message, true);
+  } finally {
+    refreshing = false;
+  }
+}
+
+// ---- actions --------------------------------------------------------------------------
+
+function setProgress(text, bad) {
+  const p = $('#progress');
+  p.textContent = text;
+  p.classList.toggle('bad', !!bad);
+}
+
+const verbs = { retry: 'Retried', skip: 'Skipped', resolve: 'Resolved', discard: 'Deleted' };
+
+async function rowAction(id, action, question) {
+  if (question && !window.confirm(question)) return;
+  try {
+    const r = await api('POST', 'messages/' + encodeURIComponent(id) + '/' + action, {});
+    setProgress(verbs[action] + ' ' + id + (r.applied ? ': now ' + r.state.status + '.' : ' (signal sent; ' + r.expected + ').'));
+  } catch (e) {
+    if (e.status !== 401) setProgress(e.message, true);
+  }
+  await refreshAll();
+}
+
+async function bulkAction(btn) {
+  const t = btn.closest('#dead-letters') ? tables.dl : tables.rq;
+  const ids = Array.from(t.selected);
+  const label = btn.dataset.label;
+  if (ids.length === 0) { setProgress(label + ': select rows first.', true); return; }
+  if (btn.dataset.confirm && !window.confirm(btn.dataset.confirm + ' (' + ids.length + ')')) return;
+  let ok = 0, bad = 0;
+  const errors = [];
+  setProgress(label + ': 0/' + ids.length + ' succeeded');
+  btn.disabled = true;
+  try {
+    for (let i = 0; i < ids.length; i += BULK_CHUNK) {
+      const chunk = ids.slice(i, i + BULK_CHUNK);
+      try {
+        const r = await api('POST', btn.dataset.bulk, { ids: chunk });
+        ok += r.succeeded; bad += r.failed;
+        for (const [id, why] of Object.entries(r.errors || {})) errors.push(id + ': ' + why);
+      } catch (e) {
+        if (e.status === 401) return;
+        bad += chunk.length;
+        errors.push(e.message);
+      }
+      setProgress(label + ': ' + ok + '/' + ids.length + ' succeeded' + (bad ? ', ' + bad + ' failed' : ''), bad > 0);
+    }
+    setProgress(label + ' complete: ' + ok + '/' + ids.length + ' succeeded' + (bad ? ', ' + bad + ' failed' : '') + '.' +
+      (errors.length ? ' ' + errors.slice(0, 3).join('; ') : ''), bad > 0);
+    t.selected.clear();
+  } finally {
+    btn.disabled = false;
+  }
+  await refreshAll();
+}
+
+async function filteredAction(kind) {
+  const body = {};
+  for (const el of $('#dl-filters').elements) {
+    if ((el.name === 'queue' || el.name === 'category') && el.value.trim()) body[el.name] = el.value.trim();
+  }
+  const older = $('#replay-form [name=older_than]').value.trim();
+  if (older) body.older_than = older;
+  const path = 'dead-letters/' + kind;
+  try {
+    const dry = await api('POST', path, Object.assign({ dry_run: true }, body));
+    if (dry.count === 0) { setProgress('No dead letters match.'); return; }
+    const q = kind === 'replay'
+      ? 'Replay ' + dry.count + ' dead letter(s) now?'
+      : 'Permanently delete ' + dry.count + ' dead letter(s)?';
+    if (!window.confirm(q)) return;
+    setProgress((kind === 'replay' ? 'Replaying ' : 'Purging ') + dry.count + ' dead letter(s)…');
+    const r = await api('POST', path, body);
+    setProgress((kind === 'replay' ? 'Replay' : 'Purge') + ' complete: ' + r.succeeded + '/' + r.count + ' succeeded' +
+      (r.failed ? ', ' + r.failed + ' failed' : '') + '.', r.failed > 0);
+  } catch (e) {
+    if (e.status !== 401) setProgress(e.message, true);
+  }
+  await refreshAll();
+}
+
+async function showDetail(id) {
+  try {
+    const r = await api('GET', 'messages/' + encodeURIComponent(id));
+    $('#detail-title').textContent = id + ' — ' + (r.state ? r.state.status : r.workflow.status);
+    $('#detail-body').textContent = JSON.stringify(r, null, 2);
+    $('#detail').showModal();
+  } catch (e) {
+    if (e.status !== 401) setProgress(e.message, true);
+  }
+}
+
+// ---- wiring ---------------------------------------------------------------------------
+
+document.addEventListener('DOMContentLoaded', () => {
+  for (const sel of $$('select.categories')) {
+    sel.appendChild(new Option('any', ''));
+    for (const c of CATEGORIES) sel.appendChild(new Option(c, c));
+  }
+  $('#login-form').addEventListener('submit', ev => {
+    ev.preventDefault();
+    sessionStorage.setItem(TOKEN_KEY, $('#token-input').value.trim());
+    $('#token-input').value = '';
+    start();
+  });
+  $('#sign-out').addEventListener('click', () => { sessionStorage.removeItem(TOKEN_KEY); showLogin(''); });
+  $('#refresh').addEventListener('click', refreshAll);
+  for (const t of Object.values(tables)) {
+    $(t.filters).addEventListener('submit', ev => { ev.preventDefault(); t.pages = ['']; t.selected.clear(); load(t).catch(e => setProgress(e.message, true)); });
+    const section = $(t.section);
+    $('.pager .next', section).addEventListener('click', () => { if (t.next) { t.pages.push(t.next); load(t).catch(e => setProgress(e.message, true)); } });
+    $('.pager .first', section).addEventListener('click', () => { t.pages = ['']; load(t).catch(e => setProgress(e.message, true)); });
+    $('.select-all', section).addEventListener('change', ev => {
+      for (const cb of $$('tbody .row-select', section)) {
+        cb.checked = ev.target.checked;
+        const id = cb.closest('tr').dataset.id;
+        cb.checked ? t.selected.add(id) : t.selected.delete(id);
+      }
+    });
+  }
+  for (const b of $$('[data-bulk]')) b.addEventListener('click', () => bulkAction(b));
+  $('#replay').addEventListener('click', () => filteredAction('replay'));
+  $('#purge').addEventListener('click', () => filteredAction('purge'));
+  setInterval(() => {
+    if ($('#auto-refresh').checked && !$('#app').hidden && !$('#detail').open) refreshAll();
+  }, REFRESH_MS);
+  start();
+});

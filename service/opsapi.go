@@ -1,0 +1,68 @@
+package service
+
+import (
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"time"
+
+	"retry-scheduler/config"
+	"retry-scheduler/ops"
+)
+
+// opsAuth builds the operators' API authentication: the tokens of API_TOKENS and
+// API_TOKENS_FILE, or none at all with API_AUTH=off (development). Secrets are never logged.
+func opsAuth(cfg config.Config, logger *slog.Logger) (*ops.Auth, error) {
+	if cfg.APIAuth == config.APIAuthOff {
+		logger.Warn("ops API authentication is off (API_AUTH=off): every caller is an admin; for local development only")
+		return ops.Disabled(), nil
+	}
+	tokens, err := ops.ParseTokens("API_TOKENS", cfg.APITokens)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.APITokensFile != "" {
+		b, err := os.ReadFile(cfg.APITokensFile)
+		if err != nil {
+			return nil, fmt.Errorf("API_TOKENS_FILE: %w", err)
+		}
+		more, err := ops.ParseTokens("API_TOKENS_FILE "+cfg.APITokensFile, string(b))
+		if err != nil {
+			return nil, err
+		}
+		tokens = append(tokens, more...)
+	}
+	auth, err := ops.NewAuth(tokens)
+	if err != nil {
+		return nil, fmt.Errorf("API_TOKENS: %w", err)
+	}
+	if len(tokens) == 0 {
+		logger.Warn("no ops API tokens configured: the API answers 401 (set API_TOKENS or API_TOKENS_FILE, or API_AUTH=off for development)")
+	} else {
+		names := make([]string, len(tokens))
+		for i, t := range tokens {
+			names[i] = t.Name + ":" + t.Role.String()
+		}
+		logger.Info("ops API tokens loaded", "tokens", names)
+	}
+	return auth, nil
+}
+
+// mountOpsAPI adds the operators' API and web page to mux.
+func mountOpsAPI(mux *http.ServeMux, cfg config.Config, tc ops.Temporal, auth *ops.Auth, logger *slog.Logger) error {
+	api, err := ops.NewAPI(ops.APIConfig{
+		Client:     tc,
+		Auth:       auth,
+		Namespace:  cfg.Namespace,
+		TaskQueue:  cfg.TaskQueue,
+		ReplayRate: float64(cfg.ReplayRate),
+		ActionWait: 5 * time.Second,
+		Logger:     logger,
+	})
+	if err != nil {
+		return err
+	}
+	api.Register(mux)
+	return nil
+}

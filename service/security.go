@@ -1,0 +1,61 @@
+package service
+
+import (
+	"fmt"
+	"net/http"
+
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/converter"
+
+	"retry-scheduler/codec"
+	"retry-scheduler/config"
+)
+
+// CodecPath is where the codec endpoint is mounted on the ops HTTP server: the Web UI and the
+// CLI take http://<ops>/codec as their codec endpoint and append /encode or /decode.
+const CodecPath = "/codec/"
+
+// TemporalOptions are the client options of cfg's Temporal connection: address, namespace,
+// TLS or mTLS, API key, and the payload codec when PAYLOAD_KEYS is set. The caller adds its
+// logger and metrics handler. Errors name the setting at fault.
+func TemporalOptions(cfg config.Config) (client.Options, error) {
+	opts := client.Options{HostPort: cfg.TemporalAddress, Namespace: cfg.Namespace}
+	tlsConfig, err := cfg.TemporalTLSConfig()
+	if err != nil {
+		return client.Options{}, err
+	}
+	if tlsConfig != nil {
+		opts.ConnectionOptions.TLS = tlsConfig
+	}
+	if cfg.TemporalAPIKey != "" {
+		opts.Credentials = client.NewAPIKeyStaticCredentials(cfg.TemporalAPIKey)
+		if tlsConfig == nil {
+			// TEMPORAL_TLS=false on a loopback address (Validate refuses it elsewhere): without
+			// this the SDK would switch TLS on by itself for an API key.
+			opts.ConnectionOptions.TLSDisabled = true
+		}
+	}
+	pc, err := cfg.PayloadCodec()
+	if err != nil {
+		return client.Options{}, err
+	}
+	if pc != nil {
+		opts.DataConverter = converter.NewCodecDataConverter(converter.GetDefaultDataConverter(), pc)
+	}
+	return opts, nil
+}
+
+// codecHandler is the codec endpoint, nil unless both PAYLOAD_KEYS and CODEC_TOKEN are set.
+func codecHandler(cfg config.Config) (http.Handler, error) {
+	if cfg.CodecToken == "" {
+		return nil, nil
+	}
+	pc, err := cfg.PayloadCodec()
+	if err != nil {
+		return nil, err
+	}
+	if pc == nil {
+		return nil, fmt.Errorf("CODEC_TOKEN: set, but PAYLOAD_KEYS is empty")
+	}
+	return codec.Handler(pc, codec.HandlerOptions{Token: cfg.CodecToken, AllowedOrigins: cfg.CodecOrigins()})
+}

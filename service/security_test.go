@@ -1,0 +1,212 @@
+package service
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.temporal.io/api/workflowservice/v1"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/converter"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
+
+	"retry-scheduler/broker/brokertest"
+	"retry-scheduler/config"
+)
+
+const testPayloadKey = "k1=AQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQE="
+
+func load(t *testing.T, kv ...string) config.Config {
+	t.Helper()
+	m := map[string]string{}
+	for i := 0; i+1 < len(kv); i += 2 {
+		m[kv[i]] = kv[i+1]
+	}
+	cfg, err := config.Load(nil, func(k string) (string, bool) { v, ok := m[k]; return v, ok })
+	require.NoError(t, err)
+	return cfg
+}
+
+// The dev server has no TLS: these tests check the client options, then a TLS gRPC endpoint
+// made here (with the test's own CA) checks what actually goes over the wire.
+func TestTemporalOptionsCarryTLSAndCredentials(t *testing.T) {
+	f := brokertest.NewCA(t, "temporal-test-ca").WriteFiles(t, t.TempDir())
+	cfg := load(t,
+		"TEMPORAL_ADDRESS", "temporal.example:7233", "TEMPORAL_NAMESPACE", "prod",
+		"TEMPORAL_CA_FILE", f.CA, "TEMPORAL_CERT_FILE", f.ClientCert, "TEMPORAL_KEY_FILE", f.ClientKey,
+		"TEMPORAL_SERVER_NAME", "temporal.internal", "TEMPORAL_API_KEY", "api-key-1",
+		"PAYLOAD_KEYS", testPayloadKey)
+	opts, err := TemporalOptions(cfg)
+	require.NoError(t, err)
+	assert.Equal(t, "temporal.example:7233", opts.HostPort)
+	assert.Equal(t, "prod", opts.Namespace)
+	tc := opts.ConnectionOptions.TLS
+	require.NotNil(t, tc)
+	assert.Equal(t, "temporal.internal", tc.ServerName)
+	assert.NotNil(t, tc.RootCAs)
+	require.Len(t, tc.Certificates, 1)
+	assert.False(t, opts.ConnectionOptions.TLSDisabled)
+	assert.NotNil(t, opts.Credentials)
+	_, isCodec := opts.DataConverter.(*converter.CodecDataConverter)
+	assert.True(t, isCodec, "PAYLOAD_KEYS puts the codec in the data converter")
+
+	plain, err := TemporalOptions(config.Default())
+	require.NoError(t, err)
+	assert.Nil(t, plain.ConnectionOptions.TLS)
+	assert.Nil(t, plain.Credentials)
+	assert.Nil(t, plain.DataConverter, "no codec: the SDK's default converter")
+
+	// TLS explicitly off with an API key on loopback: the SDK must not switch TLS on by itself.
+	local, err := TemporalOptions(load(t, "TEMPORAL_TLS", "false", "TEMPORAL_API_KEY", "k"))
+	require.NoError(t, err)
+	assert.Nil(t, local.ConnectionOptions.TLS)
+	assert.True(t, local.ConnectionOptions.TLSDisabled)
+}
+
+// A bad CA file is refused at start, naming the setting, before anything dials.
+func TestTemporalBadCAFileRefused(t *testing.T) {
+	bad := filepath.Join(t.TempDir(), "ca.pem")
+	require.NoError(t, os.WriteFile(bad, []byte("-----BEGIN CERTIFICATE-----\nnot a cert\n-----END CERTIFICATE-----\n"), 0o600))
+	_, err := config.Load(nil, func(k string) (string, bool) {
+		return map[string]string{"TEMPORAL_CA_FILE": bad}[k], k == "TEMPORAL_CA_FILE"
+	})
+	require.ErrorContains(t, err, "TEMPORAL_CA_FILE: "+bad+" holds no PEM certificate")
+
+	cfg := config.Default()
+	cfg.TemporalCAFile = bad // as if Validate had been skipped
+	err = Run(context.Background(), cfg, slog.New(slog.DiscardHandler))
+	require.ErrorContains(t, err, "TEMPORAL_CA_FILE")
+
+	cfg = config.Default()
+	cfg.RabbitMQURL = "amqps://u:p@127.0.0.1:1/"
+	cfg.RabbitMQCAFile = bad
+	_, err = cfg.RabbitMQTLS()
+	require.ErrorContains(t, err, "RABBITMQ_CA_FILE")
+}
+
+// fakeFrontend is a TLS gRPC endpoint that answers GetSystemInfo and records what callers sent.
+type fakeFrontend struct {
+	workflowservice.UnimplementedWorkflowServiceServer
+	addr string
+
+	mu       sync.Mutex
+	auth     []string
+	clientCN []string
+}
+
+func (f *fakeFrontend) GetSystemInfo(context.Context, *workflowservice.GetSystemInfoRequest) (*workflowservice.GetSystemInfoResponse, error) {
+	return &workflowservice.GetSystemInfoResponse{Capabilities: &workflowservice.GetSystemInfoResponse_Capabilities{}}, nil
+}
+
+func startFakeFrontend(t *testing.T, ca *brokertest.CA, requireClientCert bool) *fakeFrontend {
+	t.Helper()
+	leaf := ca.Server(t, "localhost", "127.0.0.1")
+	pair, err := tls.X509KeyPair(leaf.CertPEM, leaf.KeyPEM)
+	require.NoError(t, err)
+	pool := x509.NewCertPool()
+	pool.AddCert(ca.Cert)
+	tc := &tls.Config{Certificates: []tls.Certificate{pair}, ClientCAs: pool, ClientAuth: tls.VerifyClientCertIfGiven}
+	if requireClientCert {
+		tc.ClientAuth = tls.RequireAndVerifyClientCert
+	}
+	f := &fakeFrontend{}
+	srv := grpc.NewServer(grpc.Creds(credentials.NewTLS(tc)), grpc.UnaryInterceptor(
+		func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+			md, _ := metadata.FromIncomingContext(ctx)
+			f.mu.Lock()
+			f.auth = append(f.auth, md.Get("authorization")...)
+			if p, ok := peer.FromContext(ctx); ok {
+				if ti, ok := p.AuthInfo.(credentials.TLSInfo); ok && len(ti.State.PeerCertificates) > 0 {
+					f.clientCN = append(f.clientCN, ti.State.PeerCertificates[0].Subject.CommonName)
+				}
+			}
+			f.mu.Unlock()
+			return h(ctx, req)
+		}))
+	workflowservice.RegisterWorkflowServiceServer(srv, f)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	go func() { _ = srv.Serve(lis) }()
+	t.Cleanup(srv.Stop)
+	f.addr = lis.Addr().String()
+	return f
+}
+
+func TestTemporalDialSendsClientCertificateAndAPIKey(t *testing.T) {
+	ca := brokertest.NewCA(t, "temporal-test-ca")
+	f := ca.WriteFiles(t, t.TempDir())
+	front := startFakeFrontend(t, ca, true)
+
+	cfg := load(t, "TEMPORAL_ADDRESS", front.addr, "TEMPORAL_CA_FILE", f.CA,
+		"TEMPORAL_CERT_FILE", f.ClientCert, "TEMPORAL_KEY_FILE", f.ClientKey, "TEMPORAL_API_KEY", "api-key-over-tls")
+	opts, err := TemporalOptions(cfg)
+	require.NoError(t, err)
+	c, err := client.Dial(opts)
+	require.NoError(t, err)
+	c.Close()
+
+	front.mu.Lock()
+	defer front.mu.Unlock()
+	assert.Contains(t, front.auth, "Bearer api-key-over-tls")
+	assert.Contains(t, front.clientCN, "retry-scheduler-test-client")
+}
+
+func TestTemporalDialRefusesWrongCA(t *testing.T) {
+	front := startFakeFrontend(t, brokertest.NewCA(t, "the-real-ca"), false)
+	other := brokertest.NewCA(t, "some-other-ca").WriteFiles(t, t.TempDir())
+	opts, err := TemporalOptions(load(t, "TEMPORAL_ADDRESS", front.addr, "TEMPORAL_CA_FILE", other.CA))
+	require.NoError(t, err)
+	_, err = client.Dial(opts)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "certificate signed by unknown authority")
+}
+
+func TestTemporalDialWithoutClientCertRefusedByMTLSServer(t *testing.T) {
+	ca := brokertest.NewCA(t, "temporal-test-ca")
+	f := ca.WriteFiles(t, t.TempDir())
+	front := startFakeFrontend(t, ca, true)
+	opts, err := TemporalOptions(load(t, "TEMPORAL_ADDRESS", front.addr, "TEMPORAL_CA_FILE", f.CA))
+	require.NoError(t, err)
+	_, err = client.Dial(opts)
+	require.Error(t, err, "the server requires a client certificate")
+}
+
+func TestCodecEndpointMounted(t *testing.T) {
+	h, err := codecHandler(config.Default())
+	require.NoError(t, err)
+	assert.Nil(t, h, "no CODEC_TOKEN: no endpoint")
+
+	cfg := load(t, "PAYLOAD_KEYS", testPayloadKey, "CODEC_TOKEN", "a-long-enough-codec-token")
+	h, err = codecHandler(cfg)
+	require.NoError(t, err)
+	mux := http.NewServeMux()
+	mux.Handle(CodecPath, h)
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+
+	resp, err := http.Post(srv.URL+"/codec/decode", "application/json", strings.NewReader(`{"payloads":[]}`))
+	require.NoError(t, err)
+	resp.Body.Close()
+	assert.Equal(t, http.StatusUnauthorized, resp.StatusCode)
+
+	req, _ := http.NewRequest(http.MethodPost, srv.URL+"/codec/decode", strings.NewReader(`{"payloads":[]}`))
+	req.Header.Set("Authorization", "Bearer a-long-enough-codec-token")
+	resp, err = http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	resp.Body.Close()
+	assert.Equal(t, http.StatusOK, resp.StatusCode)
+}

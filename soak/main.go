@@ -1,0 +1,156 @@
+// Command soak pushes N failed messages through the whole retry-scheduler pipeline (two
+// workers and a bridge as processes, a Temporal dev server on a file store, the local
+// RabbitMQ) while a fault schedule kills processes, restarts the broker and the dev server,
+// and cuts, partitions and slows the service's connections through loopback proxies. At the
+// end it counts, per message, what was lost and what was unexpected (SPEC §8), prints the
+// figures and writes them as JSON. See soak/README.md.
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/url"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// options are the soak's flags.
+type options struct {
+	n             int
+	rate          float64
+	duration      time.Duration
+	verifyTimeout time.Duration
+	kills         int
+	faults        string
+	seed          uint64
+	workers       int
+	delay         time.Duration
+	quietWindow   time.Duration
+	maxRetries    int
+	latency       time.Duration
+	faultPeriod   time.Duration
+	minGap        time.Duration
+	restartDelay  time.Duration
+	resultsDir    string
+	keep          bool
+	rabbitURL     string
+	verbose       bool
+}
+
+func parseFlags(args []string) (options, error) {
+	var o options
+	fs := flag.NewFlagSet("soak", flag.ContinueOnError)
+	fs.IntVar(&o.n, "n", 10000, "failed messages to send")
+	fs.Float64Var(&o.rate, "rate", 20, "first failures published per second")
+	fs.DurationVar(&o.duration, "duration", 90*time.Minute, "bound on traffic, faults and drain; whatever is not settled then counts as lost")
+	fs.DurationVar(&o.verifyTimeout, "verify-timeout", 10*time.Minute, "bound on the final count against Temporal (after -duration)")
+	fs.IntVar(&o.kills, "kills", 24, "process kills (SIGKILL of a worker, the bridge or the Temporal dev server)")
+	fs.StringVar(&o.faults, "faults", "all", "fault kinds, comma-separated, or all / none: "+strings.Join(allFaults, ","))
+	fs.Uint64Var(&o.seed, "seed", 1, "seed of the per-message plan and the fault order")
+	fs.IntVar(&o.workers, "workers", 2, "worker processes")
+	fs.DurationVar(&o.delay, "delay", 500*time.Millisecond, "the soak policy's retry delay")
+	fs.DurationVar(&o.quietWindow, "quiet-window", 3*time.Second, "the soak policy's quiet window")
+	fs.IntVar(&o.maxRetries, "max-retries", 3, "the soak policy's max retries")
+	fs.DurationVar(&o.latency, "latency", 150*time.Millisecond, "latency added each way during a latency fault")
+	fs.DurationVar(&o.faultPeriod, "fault-period", 10*time.Second, "how long a latency fault, a bridge↔Temporal partition or an armed confirm cut lasts")
+	fs.DurationVar(&o.minGap, "min-gap", 5*time.Second, "least time between the end of a fault and the start of the next")
+	fs.DurationVar(&o.restartDelay, "restart-delay", time.Second, "pause between a SIGKILL and the restart")
+	fs.StringVar(&o.resultsDir, "results", "soak/results", "where the JSON result goes")
+	fs.BoolVar(&o.keep, "keep", false, "keep the run directory (logs, dev server DB) even when the soak passes")
+	fs.BoolVar(&o.verbose, "v", false, "log the soak's own clients (reconnects, retries)")
+	o.rabbitURL = os.Getenv("RABBITMQ_URL")
+	if o.rabbitURL == "" {
+		o.rabbitURL = "amqp://guest:guest@127.0.0.1:5672/"
+	}
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	switch {
+	case o.n <= 0:
+		return o, errors.New("-n must be positive")
+	case o.rate <= 0:
+		return o, errors.New("-rate must be positive")
+	case o.workers < 1:
+		return o, errors.New("-workers must be at least 1")
+	case o.maxRetries < 1:
+		return o, errors.New("-max-retries must be at least 1")
+	case o.kills < 0:
+		return o, errors.New("-kills must not be negative")
+	}
+	if _, err := parseFaults(o.faults); err != nil {
+		return o, err
+	}
+	return o, nil
+}
+
+func main() {
+	o, err := parseFlags(os.Args[1:])
+	if errors.Is(err, flag.ErrHelp) {
+		os.Exit(0)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "soak:", err)
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	code, err := run(ctx, o)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "soak:", err)
+		if code == 0 {
+			code = 2
+		}
+	}
+	stop()
+	os.Exit(code)
+}
+
+// rabbitAddr is the host:port of an amqp:// URL.
+func rabbitAddr(raw string) (string, error) {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "", fmt.Errorf("RABBITMQ_URL: %v", err)
+	}
+	if u.Scheme != "amqp" {
+		return "", fmt.Errorf("RABBITMQ_URL: the soak proxies plain amqp:// only (got %s)", u.Scheme)
+	}
+	host, port := u.Hostname(), u.Port()
+	if port == "" {
+		port = "5672"
+	}
+	switch host {
+	case "127.0.0.1", "localhost", "::1":
+	default:
+		return "", fmt.Errorf("RABBITMQ_URL: the soak restarts the broker with rabbitmqctl, so it runs on a local broker only (got %s)", host)
+	}
+	return net.JoinHostPort(host, port), nil
+}
+
+// viaProxy is raw with its host:port replaced by addr.
+func viaProxy(raw, addr string) string {
+	u, _ := url.Parse(raw)
+	u.Host = addr
+	return u.String()
+}
+
+func newRunID() string {
+	b := make([]byte, 3)
+	_, _ = rand.Read(b)
+	return "soak-" + hex.EncodeToString(b)
+}
+
+func newLogger(verbose bool) *slog.Logger {
+	if !verbose {
+		return slog.New(slog.DiscardHandler)
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+}

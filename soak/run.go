@@ -1,0 +1,363 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"go.temporal.io/sdk/client"
+
+	"retry-scheduler/broker"
+	"retry-scheduler/devserver"
+	"retry-scheduler/workflows"
+)
+
+// queue names of one run, under its id.
+type names struct {
+	id, ingress, dlq, taskQueue, svcName string
+	originals                            []string
+}
+
+func newNames(id string) names {
+	return names{
+		id: id, ingress: id + ".retry", dlq: id + ".dead", taskQueue: id, svcName: id + "-svc",
+		originals: []string{id + ".orders", id + ".payments", id + ".emails"},
+	}
+}
+
+func (n names) all() []string { return append([]string{n.ingress, n.dlq}, n.originals...) }
+
+// run is the whole soak; the exit code is 1 when something was lost or unexpected.
+func run(ctx context.Context, o options) (code int, err error) {
+	started := time.Now()
+	logf := func(format string, args ...any) {
+		fmt.Printf("[%7s] %s\n", time.Since(started).Round(time.Second), fmt.Sprintf(format, args...))
+	}
+	log := newLogger(o.verbose)
+	faultKinds, _ := parseFaults(o.faults)
+	rabbit, err := rabbitAddr(o.rabbitURL)
+	if err != nil {
+		return 2, err
+	}
+	if _, err := exec.LookPath("rabbitmqctl"); err != nil {
+		return 2, fmt.Errorf("rabbitmqctl not found: the soak restarts the broker and closes connections with it")
+	}
+	// Whatever happens from here on, the broker is left running for everyone else.
+	defer func() {
+		if rerr := ensureRabbit(rabbit); rerr != nil {
+			fmt.Fprintln(os.Stderr, "soak: RabbitMQ is NOT running again:", rerr)
+		}
+	}()
+	if err := ensureRabbit(rabbit); err != nil {
+		return 2, err
+	}
+
+	n := newNames(newRunID())
+	dir, err := os.MkdirTemp("", "retry-scheduler-"+n.id+"-")
+	if err != nil {
+		return 2, err
+	}
+	passed := false
+	defer func() {
+		if passed && !o.keep {
+			_ = os.RemoveAll(dir)
+		} else {
+			fmt.Printf("run directory kept: %s (service logs, dev server DB and log)\n", dir)
+		}
+	}()
+	logf("soak %s: %d messages at %.0f/s, %d process kills, faults %s, seed %d; run directory %s",
+		n.id, o.n, o.rate, o.kills, faultNames(faultKinds), o.seed, dir)
+
+	// Build the service once.
+	bin := filepath.Join(dir, "retry-scheduler")
+	if out, err := exec.CommandContext(ctx, "go", "build", "-o", bin, "retry-scheduler/cmd/retry-scheduler").CombinedOutput(); err != nil {
+		return 2, fmt.Errorf("build the service: %w\n%s", err, out)
+	}
+
+	// Temporal dev server on a free port with its own file store.
+	srv, err := devserver.Start(ctx, devserver.Options{UIPort: -1, DBFile: filepath.Join(dir, "temporal.db")})
+	if err != nil {
+		return 2, fmt.Errorf("start the Temporal dev server: %w", err)
+	}
+	defer func() { _ = srv.Stop() }()
+	logf("Temporal dev server at %s (pid %d), DB %s", srv.Address, srv.Pid(), srv.DBFile)
+
+	// Proxies: every connection of the service goes through one we control.
+	var proxies []*proxy
+	defer func() {
+		for _, p := range proxies {
+			p.Close()
+		}
+	}()
+	mk := func(name, upstream string, amqp bool) (*proxy, error) {
+		p, err := startProxy(name, upstream, amqp, log)
+		if err == nil {
+			proxies = append(proxies, p)
+		}
+		return p, err
+	}
+	w := &world{rabbitAddr: rabbit, svcConnPrefix: n.svcName + "-", opts: o, logf: logf, temporal: srv}
+	if w.workerAMQP, err = mk("worker-amqp", rabbit, true); err != nil {
+		return 2, err
+	}
+	if w.bridgeAMQP, err = mk("bridge-amqp", rabbit, true); err != nil {
+		return 2, err
+	}
+	if w.workerTemporal, err = mk("worker-temporal", srv.Address, false); err != nil {
+		return 2, err
+	}
+	if w.bridgeTemporal, err = mk("bridge-temporal", srv.Address, false); err != nil {
+		return 2, err
+	}
+
+	// Queues and the policy file.
+	clientPrefix := n.id + "-client-"
+	if err := broker.DeclareQueues(broker.Config{URL: o.rabbitURL, ConnectionName: clientPrefix + "setup"}, n.all()...); err != nil {
+		return 2, err
+	}
+	defer deleteQueues(o.rabbitURL, clientPrefix+"teardown", n.all()...)
+	policyFile := filepath.Join(dir, "policies.yaml")
+	policy := fmt.Sprintf(`default_policy: soak
+policies:
+  soak:
+    backoff: {type: schedule, delays: [%s]}
+    max_retries: %d
+    quiet_window: %s
+routes:
+  - queue: "%s.*"
+    policy: soak
+`, o.delay, o.maxRetries, o.quietWindow, n.id)
+	if err := os.WriteFile(policyFile, []byte(policy), 0o644); err != nil {
+		return 2, err
+	}
+
+	// The service: workers and a bridge, each its own process.
+	svcArgs := func(mode string, amqpProxy, temporalProxy *proxy) ([]string, string, error) {
+		port, err := devserver.FreePort()
+		if err != nil {
+			return nil, "", err
+		}
+		addr := fmt.Sprintf("127.0.0.1:%d", port)
+		return []string{mode,
+			"-rabbitmq-url", viaProxy(o.rabbitURL, amqpProxy.Addr()),
+			"-temporal-address", temporalProxy.Addr(),
+			"-namespace", srv.Namespace,
+			"-task-queue", n.taskQueue,
+			"-retry-queue", n.ingress,
+			"-manual-review-queue", n.dlq,
+			"-policy-file", policyFile,
+			"-service-name", n.svcName,
+			"-http-addr", addr,
+		}, addr, nil
+	}
+	var all []*service
+	defer func() {
+		var wg sync.WaitGroup
+		for _, s := range all {
+			wg.Add(1)
+			go func() { defer wg.Done(); s.stop(45 * time.Second) }()
+		}
+		wg.Wait()
+	}()
+	for i := range o.workers {
+		args, addr, err := svcArgs("worker", w.workerAMQP, w.workerTemporal)
+		if err != nil {
+			return 2, err
+		}
+		s := newService(fmt.Sprintf("worker-%d", i+1), bin, dir, addr, args)
+		all = append(all, s)
+		w.workers = append(w.workers, s)
+	}
+	args, addr, err := svcArgs("bridge", w.bridgeAMQP, w.bridgeTemporal)
+	if err != nil {
+		return 2, err
+	}
+	w.bridge = newService("bridge", bin, dir, addr, args)
+	all = append(all, w.bridge)
+	for _, s := range all {
+		if err := s.start(); err != nil {
+			return 2, err
+		}
+	}
+	for _, s := range all {
+		if err := s.waitReady(ctx, 90*time.Second); err != nil {
+			return 2, err
+		}
+	}
+	logf("service up: %d workers and a bridge (logs in %s)", o.workers, dir)
+
+	// Traffic.
+	plans := make([]plan, o.n)
+	for i := range plans {
+		plans[i] = makePlan(o.seed, i, n.originals, o.maxRetries)
+	}
+	l := newLedger(plans)
+	w.ledger = l
+	tr := newTraffic(o.rabbitURL, clientPrefix, n.ingress, n.dlq, l, log)
+	defer tr.close()
+	trafficCtx, stopTraffic := context.WithCancel(ctx)
+	defer stopTraffic()
+	stopConsumers := tr.runConsumers(trafficCtx, n.originals)
+	defer stopConsumers()
+
+	deadline := started.Add(o.duration)
+	runCtx, cancelRun := context.WithDeadline(ctx, deadline)
+	defer cancelRun()
+
+	// The faults are spread over the publishing, so that each meets a busy pipeline: the
+	// rate comes down when the schedule needs longer than -n at -rate would take.
+	faultList := schedule(faultKinds, o.kills, o.seed)
+	window := time.Duration(len(faultList)+1) * o.minGap
+	for _, k := range faultList {
+		window += o.estimate(k)
+	}
+	rate := o.rate
+	if r := float64(o.n) / window.Seconds(); len(faultList) > 0 && r < rate {
+		rate = r
+		logf("publishing at %.1f/s instead of %.0f/s so that the %d faults (about %s) meet traffic", rate, o.rate, len(faultList), window.Round(time.Second))
+	}
+	produced := make(chan error, 1)
+	go func() { produced <- tr.produce(runCtx, plans, rate) }()
+	faultsDone := make(chan []faultRecord, 1)
+	go func() { faultsDone <- w.runFaults(runCtx, faultList, o.n) }()
+
+	// Progress until everything is published, the faults are over and the pipeline drained.
+	var faults []faultRecord
+	var produceErr error
+	producing, faulting := true, true
+	tick := time.NewTicker(15 * time.Second)
+	defer tick.Stop()
+	poll := time.NewTicker(time.Second)
+	defer poll.Stop()
+	progress := func() {
+		depth := "?"
+		if d, err := queueDepth(o.rabbitURL, clientPrefix+"monitor", n.ingress); err == nil {
+			depth = fmt.Sprint(d[n.ingress])
+		}
+		logf("published %d/%d · deliveries %d (dup %d) · taken %d · reports %d · dead letters %d · settled %d/%d · ingress %s",
+			l.published.Load(), o.n, l.deliveries.Load(), l.duplicates.Load(), l.accepted.Load(), l.reports.Load(),
+			l.envelopes.Load(), l.settled.Load(), o.n, depth)
+	}
+drain:
+	for {
+		select {
+		case <-ctx.Done():
+			return 2, fmt.Errorf("interrupted: %w", ctx.Err())
+		case produceErr = <-produced:
+			producing = false
+			if produceErr != nil {
+				logf("producer stopped: %v", produceErr)
+			} else {
+				logf("all %d first failures published", o.n)
+			}
+		case faults = <-faultsDone:
+			faulting = false
+			logf("fault schedule over: %d faults", len(faults))
+		case <-tick.C:
+			progress()
+		case <-poll.C:
+			if time.Now().After(deadline) {
+				logf("the -duration bound (%s) is reached; counting what there is", o.duration)
+				break drain
+			}
+			if producing || faulting || l.settled.Load() < int64(o.n) {
+				continue
+			}
+			// Everything is settled as the consumer sees it: wait for stragglers (late
+			// reports, duplicates) and until the ingress queue is empty.
+			idle := time.Since(time.Unix(0, l.lastArrival.Load()))
+			d, err := queueDepth(o.rabbitURL, clientPrefix+"monitor", n.ingress)
+			if err == nil && d[n.ingress] == 0 && idle > 2*o.quietWindow+5*time.Second {
+				break drain
+			}
+		}
+	}
+	cancelRun()
+	if producing {
+		produceErr = <-produced
+	}
+	if faulting {
+		faults = <-faultsDone
+	}
+	progress()
+
+	// Count, asking Temporal directly (not through the proxies) for each message's outcome.
+	logf("counting: asking Temporal for %d workflows", o.n)
+	vctx, cancelVerify := context.WithTimeout(context.WithoutCancel(ctx), o.verifyTimeout)
+	defer cancelVerify()
+	tc, err := client.DialContext(vctx, client.Options{HostPort: srv.Address, Namespace: srv.Namespace, Logger: quietSDKLogger()})
+	if err != nil {
+		return 2, fmt.Errorf("connect to Temporal for the count: %w", err)
+	}
+	defer tc.Close()
+	wid := func(r *record) string { return workflows.WorkflowID(r.queue, r.id) }
+	ids := make([]string, 0, o.n)
+	for _, r := range l.order {
+		ids = append(ids, wid(r))
+	}
+	outcomes := fetchOutcomes(vctx, tc, ids, time.Now().Add(o.verifyTimeout/2), logf)
+	runs, err := runsPerWorkflow(vctx, tc, srv.Namespace)
+	if err != nil {
+		logf("listing runs: %v (runs per message not counted)", err)
+	}
+	stopTraffic()
+	stopConsumers()
+
+	measure(l, faults)
+	f, probs := judge(l, outcomes, runs, wid, o.maxRetries)
+	for _, fr := range faults {
+		if fr.Error != "" {
+			f.FaultErrors++
+		}
+	}
+	f.Faults = len(faults)
+	for _, s := range w.workers {
+		f.WorkerKills += s.kills
+	}
+	f.BridgeKills = w.bridge.kills
+	for _, fr := range faults {
+		if fr.Kind == faultTemporalRestart && fr.Error == "" {
+			f.TemporalKills++
+		}
+	}
+	f.ProcessKills = f.WorkerKills + f.BridgeKills + f.TemporalKills
+
+	rep := report{
+		RunID: n.id, Command: commandLine(), Started: started, Elapsed: time.Since(started).Round(time.Second).String(),
+		Machine: machineInfo(), Options: optionsJSON(o, faultKinds, rate), Figures: f, Faults: faults,
+		ProduceError: errString(produceErr), RunDirectory: dir,
+	}
+	rep.Passed = f.Lost == 0 && f.Unexpected == 0 && f.Published == o.n
+	rep.Problems = probs
+	printReport(os.Stdout, rep)
+	path, werr := writeReport(o.resultsDir, rep)
+	if werr != nil {
+		fmt.Fprintln(os.Stderr, "soak: write results:", werr)
+	} else {
+		fmt.Printf("results: %s\n", path)
+	}
+	passed = rep.Passed
+	if !rep.Passed {
+		return 1, nil
+	}
+	return 0, nil
+}
+
+func faultNames(kinds []string) string {
+	if len(kinds) == 0 {
+		return "none"
+	}
+	return strings.Join(kinds, ",")
+}
+
+func errString(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}
