@@ -25,13 +25,11 @@ const (
 var allPhases = []string{phaseCeiling, phaseLadder, phaseSustained, phaseBurst}
 
 // defaultDynamicConfig is passed to the dev server on top of the flags `make run` uses
-// (devserver.Server.Args). One task-queue partition: with four (the server's default) the
-// workflow-task pollers are spread over partitions that mostly hold nothing, and tasks that
-// miss the sticky queue wait for a forward between partitions (measured: see README).
-var defaultDynamicConfig = []string{
-	"matching.numTaskqueueReadPartitions=1",
-	"matching.numTaskqueueWritePartitions=1",
-}
+// (devserver.Server.Args): none, so that the bench measures the server `make run` starts.
+// One task-queue partition (matching.numTaskqueueReadPartitions=1 and ...WritePartitions=1)
+// made no measurable difference here (README, Levers): with eager start and sticky
+// execution almost no workflow task goes through the partitioned queue.
+var defaultDynamicConfig []string
 
 // options is the benchmark's whole configuration, from flags (and RABBITMQ_URL).
 type options struct {
@@ -68,6 +66,9 @@ type options struct {
 	TemporalCLI string
 	// DynamicConfig are KEY=VALUE pairs for the dev server's --dynamic-config-value.
 	DynamicConfig []string
+	// SQLitePragmas are PRAGMA=VALUE pairs for the dev server's --sqlite-pragma, on top of the
+	// ones devserver always sets.
+	SQLitePragmas []string
 	// ServiceLogLevel is the service's LOG_LEVEL (its log goes to a file).
 	ServiceLogLevel string
 	// ServiceEnv are extra KEY=VALUE settings for the service process (BRIDGE_WORKERS=32, ...).
@@ -106,7 +107,7 @@ func parseConfig(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&c.BurstRate, "burst-rate", 200, "burst: failed messages per second")
 	fs.DurationVar(&c.BurstDuration, "burst-duration", 30*time.Second, "burst: how long to publish")
 	fs.DurationVar(&c.Delay, "delay", time.Second, "retry delay of the bench policy, and the ceiling workflow's sleep")
-	fs.DurationVar(&c.QuietWindow, "quiet-window", 2*time.Second, "quiet window of the bench policy")
+	fs.DurationVar(&c.QuietWindow, "quiet-window", 2*time.Second, "quiet window of the bench policy (0: none, the run ends at the republish)")
 	fs.DurationVar(&c.P99Target, "p99-target", 250*time.Millisecond, "a step passes with p99 lateness at most this")
 	fs.Float64Var(&c.KeepUp, "keep-up", 0.95, "a step passes with throughput at least this × its rate")
 	fs.BoolVar(&c.StopOnFail, "stop-on-fail", true, "end a ceiling/ladder run at its first failing step")
@@ -115,7 +116,9 @@ func parseConfig(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&c.RabbitMQURL, "rabbitmq-url", envOr("RABBITMQ_URL", "amqp://guest:guest@127.0.0.1:5672/"), "RabbitMQ (env RABBITMQ_URL)")
 	fs.StringVar(&c.TemporalCLI, "temporal-cli", devserver.DefaultBinary(), "Temporal CLI for the dev server (env TEMPORAL_CLI)")
 	dyn := &listFlag{vals: slices.Clone(defaultDynamicConfig)}
-	fs.Var(dyn, "dynamic-config", "dev server --dynamic-config-value KEY=VALUE, repeatable; the first use replaces the defaults ("+strings.Join(defaultDynamicConfig, " ")+"); -dynamic-config none passes none")
+	fs.Var(dyn, "dynamic-config", "dev server --dynamic-config-value KEY=VALUE (e.g. matching.numTaskqueueReadPartitions=1), repeatable")
+	pragmas := &listFlag{}
+	fs.Var(pragmas, "sqlite-pragma", "extra dev server --sqlite-pragma PRAGMA=VALUE (e.g. cache_size=-65536), repeatable")
 	fs.StringVar(&c.ServiceLogLevel, "service-log-level", "info", "LOG_LEVEL of the service process")
 	env := &listFlag{}
 	fs.Var(env, "service-env", "extra KEY=VALUE setting of the service process (e.g. BRIDGE_WORKERS=32), repeatable")
@@ -157,12 +160,15 @@ func parseConfig(args []string, stderr io.Writer) (options, error) {
 		errs = append(errs, errors.New("-steps must rise"))
 	}
 	c.DynamicConfig = dyn.vals
-	if len(c.DynamicConfig) == 1 && c.DynamicConfig[0] == "none" {
-		c.DynamicConfig = nil
-	}
 	for _, kv := range c.DynamicConfig {
 		if !strings.Contains(kv, "=") {
 			errs = append(errs, fmt.Errorf("-dynamic-config %q: want KEY=VALUE", kv))
+		}
+	}
+	c.SQLitePragmas = pragmas.vals
+	for _, kv := range c.SQLitePragmas {
+		if !strings.Contains(kv, "=") {
+			errs = append(errs, fmt.Errorf("-sqlite-pragma %q: want PRAGMA=VALUE", kv))
 		}
 	}
 	c.ServiceEnv = env.vals
@@ -173,12 +179,15 @@ func parseConfig(args []string, stderr io.Writer) (options, error) {
 	}
 	positive := map[string]time.Duration{
 		"-step-duration": c.StepDuration, "-duration": c.Duration, "-burst-duration": c.BurstDuration,
-		"-delay": c.Delay, "-quiet-window": c.QuietWindow, "-p99-target": c.P99Target, "-drain-timeout": c.DrainTimeout,
+		"-delay": c.Delay, "-p99-target": c.P99Target, "-drain-timeout": c.DrainTimeout,
 	}
 	for name, d := range positive {
 		if d <= 0 {
 			errs = append(errs, fmt.Errorf("%s must be positive", name))
 		}
+	}
+	if c.QuietWindow < 0 {
+		errs = append(errs, errors.New("-quiet-window must not be negative"))
 	}
 	if c.Rate <= 0 || c.BurstRate <= 0 || c.Publishers <= 0 {
 		errs = append(errs, errors.New("-rate, -burst-rate and -publishers must be positive"))

@@ -26,6 +26,9 @@ type step struct {
 	Lateness       latency  `json:"lateness"`
 	LatenessDuring *latency `json:"lateness_during_load,omitempty"`
 	LatenessAfter  *latency `json:"lateness_after_load,omitempty"`
+	// MaxBySecond is the worst lateness (ms) of the messages sent in each second of the load:
+	// it tells a steady queue (rising) from periodic stalls (spikes).
+	MaxBySecond []float64 `json:"lateness_max_ms_by_send_second,omitempty"`
 	// DrainSeconds is the last completion minus the last scheduled time: how long the backlog
 	// outlived the load (0 when there was none).
 	DrainSeconds float64 `json:"drain_seconds"`
@@ -196,6 +199,12 @@ func (t *tracker) fill(s *step, start, end time.Time) {
 		s.Completed++
 		late := first.at.Sub(sentAt.Add(t.delay))
 		all = append(all, late)
+		if sec := int(sentAt.Sub(start) / time.Second); sec >= 0 {
+			for len(s.MaxBySecond) <= sec {
+				s.MaxBySecond = append(s.MaxBySecond, 0)
+			}
+			s.MaxBySecond[sec] = max(s.MaxBySecond[sec], ms(late))
+		}
 		if first.at.After(end.Add(t.delay)) {
 			after = append(after, late)
 		} else {

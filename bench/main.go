@@ -129,6 +129,9 @@ func (e *environment) startServer(ctx context.Context) (*devserver.Server, error
 	for _, kv := range e.c.DynamicConfig {
 		extra = append(extra, "--dynamic-config-value", kv)
 	}
+	for _, kv := range e.c.SQLitePragmas {
+		extra = append(extra, "--sqlite-pragma", kv)
+	}
 	started := time.Now()
 	srv, err := devserver.Start(ctx, devserver.Options{Binary: e.c.TemporalCLI, UIPort: -1, ExtraArgs: extra})
 	if err != nil {

@@ -50,6 +50,7 @@ type settings struct {
 	P99TargetMs   float64  `json:"p99_target_ms"`
 	KeepUp        float64  `json:"keep_up"`
 	DynamicConfig []string `json:"dynamic_config"`
+	SQLitePragmas []string `json:"extra_sqlite_pragmas,omitempty"`
 	ServiceEnv    []string `json:"service_env,omitempty"`
 	ServiceLog    string   `json:"service_log_level"`
 }
@@ -88,7 +89,7 @@ func newReport(c options) *report {
 			Phases: c.Phases, Steps: c.Steps, StepSeconds: c.StepDuration.Seconds(),
 			Rate: c.Rate, Seconds: c.Duration.Seconds(), BurstRate: c.BurstRate, BurstSeconds: c.BurstDuration.Seconds(),
 			DelayMs: ms(c.Delay), QuietWindowMs: ms(c.QuietWindow), P99TargetMs: ms(c.P99Target), KeepUp: c.KeepUp,
-			DynamicConfig: c.DynamicConfig, ServiceEnv: c.ServiceEnv, ServiceLog: c.ServiceLogLevel,
+			DynamicConfig: c.DynamicConfig, SQLitePragmas: c.SQLitePragmas, ServiceEnv: c.ServiceEnv, ServiceLog: c.ServiceLogLevel,
 		},
 	}
 }

@@ -129,7 +129,9 @@ func badInputCatalogue(t *testing.T) []badInput {
 		{name: "base64 URL alphabet", d: retryJSON(t, func(f map[string]any) { f["original_payload"] = "-_8=" }), kind: KindPoison, reason: "original_payload is not standard base64"},
 
 		// Payload sizes against the default 512 KiB limit.
-		{name: "256 KiB payload (RetryMessage)", d: retryJSON(t, func(f map[string]any) { f["original_payload"] = base64.StdEncoding.EncodeToString(payloadOf(256 * kib)) }), check: func(t *testing.T, rep message.FailureReport) {
+		{name: "256 KiB payload (RetryMessage)", d: retryJSON(t, func(f map[string]any) {
+			f["original_payload"] = base64.StdEncoding.EncodeToString(payloadOf(256 * kib))
+		}), check: func(t *testing.T, rep message.FailureReport) {
 			assert.Len(t, rep.Message.Payload, 256*kib)
 		}},
 		{name: "256 KiB payload (dead-lettered)", d: deadLettered("orders", nil, payloadOf(256*kib)), check: func(t *testing.T, rep message.FailureReport) {
@@ -141,14 +143,17 @@ func badInputCatalogue(t *testing.T) []badInput {
 
 		// 10,000 headers: kept when the republish can carry them (one AMQP frame, MaxHeaderBytes),
 		// else refused now rather than failing every republish (found by this catalogue).
-		{name: "10,000 small original_headers", d: retryJSON(t, func(f map[string]any) { f["original_headers"] = manyHeaders(10000, true) }), check: func(t *testing.T, rep message.FailureReport) {
-			assert.Len(t, rep.Message.Headers, 10000)
-			assert.Equal(t, true, rep.Message.Headers["h09999"])
+		// 10,000 headers: more than an AMQP client reads in one table (amqp091-go: 8192) and,
+		// as integers, more than one frame holds. A republish carrying them could never be
+		// consumed, so they are refused now (found by this catalogue). 8,000 small ones travel.
+		{name: "10,000 original_headers", d: retryJSON(t, func(f map[string]any) { f["original_headers"] = manyHeaders(10000, true) }), kind: KindPoison, reason: "headers hold 10000 entries, over the limit of 8192 that AMQP clients (amqp091-go) read"},
+		{name: "10,000 AMQP headers", d: deadLettered("orders", amqp.Table(manyHeaders(10000, true)), []byte("b")), kind: KindPoison, reason: "headers hold 10000 entries"},
+		{name: "10,000 entries in one header", d: retryJSON(t, func(f map[string]any) { f["original_headers"] = map[string]any{"list": make([]any, 10000)} }), kind: KindPoison, reason: "header list hold 10000 entries"},
+		{name: "8,000 small original_headers", d: retryJSON(t, func(f map[string]any) { f["original_headers"] = manyHeaders(8000, true) }), check: func(t *testing.T, rep message.FailureReport) {
+			assert.Len(t, rep.Message.Headers, 8000)
+			assert.Equal(t, true, rep.Message.Headers["h07999"])
 		}},
-		{name: "10,000 small AMQP headers", d: deadLettered("orders", amqp.Table(manyHeaders(10000, true)), []byte("b")), check: func(t *testing.T, rep message.FailureReport) {
-			assert.Len(t, rep.Message.Headers, 10000)
-		}},
-		{name: "10,000 headers too large for one frame", d: retryJSON(t, func(f map[string]any) { f["original_headers"] = manyHeaders(10000, 12345) }), kind: KindPoison, reason: "headers encode to 160004 bytes, over the limit of 126976: the republish must fit in one AMQP frame"},
+		{name: "8,000 headers too large for one frame", d: retryJSON(t, func(f map[string]any) { f["original_headers"] = manyHeaders(8000, 12345) }), kind: KindPoison, reason: "headers encode to 128004 bytes, over the limit of 126976: the republish must fit in one AMQP frame"},
 
 		// Header values of forbidden types: dropped with a note naming the header, never poison
 		// (the message can be retried without them), except where the count would be guessed.
@@ -163,7 +168,7 @@ func badInputCatalogue(t *testing.T) []badInput {
 			assert.Contains(t, notes, "header inf: dropped non-finite number")
 		}},
 		{name: "header nested 40 deep", d: retryJSON(t, func(f map[string]any) { f["original_headers"] = map[string]any{"deep": nested(40), "ok": 1} }), check: func(t *testing.T, rep message.FailureReport) {
-			assert.Contains(t, strings.Join(rep.Notes, "|"), "nested deeper than 32 levels")
+			assert.Contains(t, strings.Join(rep.Notes, "|"), "nested deeper than 31 levels")
 			assert.Equal(t, int64(1), rep.Message.Headers["ok"])
 		}},
 		{name: "routing headers CC and BCC never travel", d: deadLettered("orders", amqp.Table{"CC": []any{"audit"}, "BCC": []any{"spy"}, "user-id": "bob"}, []byte("b")), check: func(t *testing.T, rep message.FailureReport) {
@@ -289,4 +294,20 @@ func TestTableSize(t *testing.T) {
 	assert.Nil(t, headersTooLarge(at))
 	at["h99999x"] = "just over the edge................"
 	assert.NotNil(t, headersTooLarge(at))
+}
+
+// Nesting: amqp091-go refuses containers deeper than 32 (the headers table being 0), which a
+// JSON original_headers could exceed; deeper values are dropped with a note, so the republish
+// stays readable (found by the bad-input catalogue: the limit was one level too deep).
+func TestHeaderNestingStaysReadable(t *testing.T) {
+	for _, depth := range []int{31, 32, 33, 40} {
+		d := retryJSON(t, func(f map[string]any) { f["original_headers"] = map[string]any{"deep": nested(depth)} })
+		rep, err := Decode(d, catalogueOptions())
+		require.NoError(t, err)
+		assert.LessOrEqual(t, amqpDepth(rep.Message.Headers, 0), 32, "nested %d", depth)
+	}
+	rep, err := Decode(retryJSON(t, func(f map[string]any) { f["original_headers"] = map[string]any{"deep": nested(31)} }), catalogueOptions())
+	require.NoError(t, err)
+	assert.Equal(t, 31, amqpDepth(rep.Message.Headers, 0), "31 nested tables travel whole")
+	assert.Empty(t, rep.Notes)
 }

@@ -38,6 +38,12 @@ func checkDecoded(t *testing.T, d Delivery) {
 	if n := tableSize(rep.Message.Headers); n > MaxHeaderBytes {
 		t.Fatalf("accepted headers of %d bytes: the republish could not carry them", n)
 	}
+	if p, n := largestContainer(rep.Message.Headers, "headers"); n > MaxHeaderEntries {
+		t.Fatalf("accepted %s with %d entries: amqp091-go consumers could not read the republish", p, n)
+	}
+	if d := amqpDepth(rep.Message.Headers, 0); d > 32 {
+		t.Fatalf("accepted headers nested %d deep: amqp091-go consumers could not read the republish", d)
+	}
 }
 
 func FuzzDecodeJSON(f *testing.F) {
@@ -86,4 +92,29 @@ func FuzzDecodeXDeath(f *testing.F) {
 		}
 		checkDecoded(t, Delivery{ContentType: contentType, MessageID: id, Headers: h, Body: body})
 	})
+}
+
+// amqpDepth is the deepest container's depth as amqp091-go counts it: the headers table is 0,
+// a table or array value in it 1, and so on (it refuses more than 32).
+func amqpDepth(v any, depth int) int {
+	deepest := depth
+	switch x := v.(type) {
+	case map[string]any:
+		for _, e := range x {
+			if _, ok := e.(map[string]any); ok {
+				deepest = max(deepest, amqpDepth(e, depth+1))
+			} else if _, ok := e.([]any); ok {
+				deepest = max(deepest, amqpDepth(e, depth+1))
+			}
+		}
+	case []any:
+		for _, e := range x {
+			if _, ok := e.(map[string]any); ok {
+				deepest = max(deepest, amqpDepth(e, depth+1))
+			} else if _, ok := e.([]any); ok {
+				deepest = max(deepest, amqpDepth(e, depth+1))
+			}
+		}
+	}
+	return deepest
 }

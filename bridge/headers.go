@@ -13,8 +13,11 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 )
 
-// maxHeaderDepth bounds nesting of converted header values; deeper values are dropped.
-const maxHeaderDepth = 32
+// maxHeaderDepth bounds nesting of converted header values; deeper values are dropped. A
+// consumer using amqp091-go closes its connection on a field table or array nested more than
+// 32 deep (its maxFieldDepth, counting the headers table as 0), and a top-level header value
+// is depth 1 there: 31 here keeps every republish readable (bridge/badinput_test.go).
+const maxHeaderDepth = 31
 
 // deniedHeader reports whether an original header must never travel with the message: RabbitMQ's
 // own routing and death bookkeeping (copying it would confuse the next dead-lettering), the

@@ -9,13 +9,49 @@ import "unicode/utf8"
 // limit leaves 4 KiB of the frame for the properties and x-retry-count / x-retry-key.
 const MaxHeaderBytes = 128<<10 - 4<<10
 
-// headersTooLarge refuses a report whose headers would not fit one AMQP frame on republish.
+// MaxHeaderEntries bounds the fields of the headers table and of any table or array in it: a
+// consumer using amqp091-go closes its connection on a delivery with more (its
+// maxContainerElements), so a republish carrying them could never be consumed.
+const MaxHeaderEntries = 8192
+
+// headersTooLarge refuses a report whose headers could not be republished: over one AMQP
+// frame, or with more entries in a table or array than AMQP clients read.
 func headersTooLarge(h map[string]any) *PoisonError {
+	if path, n := largestContainer(h, "headers"); n > MaxHeaderEntries {
+		return poisonf("%s hold %d entries, over the limit of %d that AMQP clients (amqp091-go) read", path, n, MaxHeaderEntries)
+	}
 	n := tableSize(h)
 	if n <= MaxHeaderBytes {
 		return nil
 	}
 	return poisonf("headers encode to %d bytes, over the limit of %d: the republish must fit in one AMQP frame (RabbitMQ's frame_max, 128 KiB by default)", n, MaxHeaderBytes)
+}
+
+// largestContainer finds the table or array with the most entries, and its path.
+func largestContainer(v any, path string) (string, int) {
+	best, bestN := path, 0
+	visit := func(p string, n int) {
+		if n > bestN {
+			best, bestN = p, n
+		}
+	}
+	switch x := v.(type) {
+	case map[string]any:
+		visit(path, len(x))
+		for k, e := range x {
+			if p, n := largestContainer(e, "header "+k); n > bestN {
+				visit(p, n)
+			}
+		}
+	case []any:
+		visit(path, len(x))
+		for _, e := range x {
+			if p, n := largestContainer(e, path); n > bestN {
+				visit(p, n)
+			}
+		}
+	}
+	return best, bestN
 }
 
 // tableSize is the AMQP 0-9-1 field-table encoding size of headers as the republish writes

@@ -218,8 +218,55 @@ func FuzzHandler(f *testing.F) {
 		}
 		rec := httptest.NewRecorder()
 		h.ServeHTTP(rec, req)
-		if !withToken && rec.Code != http.StatusUnauthorized {
+		if !withToken && rec.Code != http.StatusUnauthorized && !strings.HasSuffix(path, "/login") {
 			t.Fatalf("answered %d without the token", rec.Code)
 		}
 	})
+}
+
+// The Web UI cannot add a header of its own: a browser logs in once at /codec/login, and the
+// cookie it gets (a digest, not the token) authenticates its codec requests.
+func TestHandlerCookieLogin(t *testing.T) {
+	srv, c := testServer(t)
+	noRedirect := &http.Client{}
+
+	resp, err := noRedirect.Get(srv.URL + "/codec/login")
+	require.NoError(t, err)
+	page, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	assert.Equal(t, http.StatusOK, resp.StatusCode)
+	assert.Contains(t, string(page), `<form method="post">`)
+
+	resp, err = noRedirect.PostForm(srv.URL+"/codec/login", map[string][]string{"token": {"wrong"}})
+	require.NoError(t, err)
+	resp.Body.Close()
+	assert.Equal(t, http.StatusUnauthorized, resp.StatusCode)
+	assert.Empty(t, resp.Cookies())
+
+	resp, err = noRedirect.PostForm(srv.URL+"/codec/login", map[string][]string{"token": {testToken}})
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	require.Len(t, resp.Cookies(), 1)
+	ck := resp.Cookies()[0]
+	assert.Equal(t, CookieName, ck.Name)
+	assert.True(t, ck.HttpOnly)
+	assert.Equal(t, http.SameSiteLaxMode, ck.SameSite)
+	assert.Equal(t, "/codec/", ck.Path)
+	assert.NotContains(t, ck.Value, testToken)
+
+	req, _ := http.NewRequest(http.MethodPost, srv.URL+"/codec/decode", bytes.NewReader(sealedBody(t, c, secret)))
+	req.AddCookie(ck)
+	req.Header.Set("Origin", uiOrigin)
+	dec, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	dec.Body.Close()
+	assert.Equal(t, http.StatusOK, dec.StatusCode)
+
+	req, _ = http.NewRequest(http.MethodPost, srv.URL+"/codec/decode", bytes.NewReader(sealedBody(t, c, secret)))
+	req.AddCookie(&http.Cookie{Name: CookieName, Value: testToken})
+	bad, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	bad.Body.Close()
+	assert.Equal(t, http.StatusUnauthorized, bad.StatusCode, "the raw token is not a cookie")
 }

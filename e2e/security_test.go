@@ -9,6 +9,7 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -139,8 +140,8 @@ func TestSecurityServiceOverTLSLogsNoSecrets(t *testing.T) {
 	var logs lockedBuffer
 	cmd.Stdout, cmd.Stderr = &logs, &logs
 	require.NoError(t, cmd.Start())
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
 	t.Cleanup(func() {
 		_ = cmd.Process.Kill()
 		<-exited
@@ -272,9 +273,22 @@ func TestCodecPayloadsEncryptedInHistory(t *testing.T) {
 	id := workflows.WorkflowID(orders, "pii-1")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	var res workflows.Result
-	require.NoError(t, withKey.GetWorkflow(ctx, id, "").Get(ctx, &res))
-	require.Equal(t, workflows.StatusDelivered, res.Status)
+	// A client with the key reads the state.
+	var st workflows.State
+	eventually(t, 30*time.Second, func() error {
+		v, err := withKey.QueryWorkflow(ctx, id, "", workflows.QueryState)
+		if err != nil {
+			return err
+		}
+		if err := v.Get(&st); err != nil {
+			return err
+		}
+		if st.RetryCount != 1 {
+			return fmt.Errorf("retry count %d", st.RetryCount)
+		}
+		return nil
+	})
+	assert.Equal(t, pii, st.Message.Payload)
 
 	// The raw history, read without the key.
 	it := s.tc.GetWorkflowHistory(ctx, id, "", false, 0)
@@ -306,8 +320,8 @@ func TestCodecPayloadsEncryptedInHistory(t *testing.T) {
 	// Without the key the state cannot be read.
 	v, err := s.tc.QueryWorkflow(ctx, id, "", workflows.QueryState)
 	require.NoError(t, err)
-	var st workflows.State
-	require.Error(t, v.Get(&st), "a client without the key decoded the state")
+	var unreadable workflows.State
+	require.Error(t, v.Get(&unreadable), "a client without the key decoded the state")
 
 	// The codec endpoint, as the Web UI and `temporal --codec-endpoint` call it.
 	reqBody, err := protojson.Marshal(&commonpb.Payloads{Payloads: sealed})

@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/binary"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -100,11 +101,21 @@ func TestShutdownMidPublishLetsThePublishFinish(t *testing.T) {
 	defer func() { stopB(); <-doneB }()
 
 	id := workflows.WorkflowID(orders, "m-1")
-	r := s.workflowResult(id, 60*time.Second)
-	assert.Equal(t, workflows.StatusDelivered, r.Status)
-	assert.Equal(t, 1, r.RetryCount)
-	st, err := s.state(id)
+	var st workflows.State
+	eventually(t, 60*time.Second, func() error {
+		var err error
+		if st, err = s.state(id); err != nil {
+			return err
+		}
+		if st.Status != workflows.StatusAwaitingOutcome && st.Status != workflows.StatusDelivered {
+			return fmt.Errorf("status %s", st.Status)
+		}
+		return nil
+	})
+	time.Sleep(3 * time.Second) // past the quiet window: a second publish would have happened by now
+	st, err = s.state(id)
 	require.NoError(t, err)
+	assert.Equal(t, 1, st.RetryCount)
 	require.Len(t, st.Attempts, 1)
 	assert.False(t, st.Attempts[0].RepublishedAt.IsZero(), "the attempt is recorded as republished")
 	assert.Equal(t, "m-1:1", st.Attempts[0].RetryKey)

@@ -138,8 +138,8 @@ func errorf(status int, format string, a ...any) *apiError {
 	return &apiError{Status: status, Msg: fmt.Sprintf(format, a...)}
 }
 
-// fail writes err as JSON: an apiError with its status, a badRequest as 400, a cancelled
-// request as 499-ish 503, anything else as 502 (Temporal answered with an error).
+// fail writes err as JSON: an apiError with its status, a badRequest as 400, a deadline or
+// cancellation as 503, anything else as 502 (Temporal answered with an error).
 func fail(w http.ResponseWriter, err error) {
 	var ae *apiError
 	var br badRequest

@@ -110,7 +110,7 @@ func writeReport(dir string, r report) (string, error) {
 }
 
 func commandLine() string {
-	return "go run ./soak " + strings.Join(os.Args[1:], " ")
+	return strings.TrimSpace("soak " + strings.Join(os.Args[1:], " "))
 }
 
 func optionsJSON(o options, faults []string, rate float64) map[string]any {

@@ -265,14 +265,21 @@ drain:
 				logf("the -duration bound (%s) is reached; counting what there is", o.duration)
 				break drain
 			}
-			if producing || faulting || l.settled.Load() < int64(o.n) {
+			if producing || faulting {
 				continue
 			}
-			// Everything is settled as the consumer sees it: wait for stragglers (late
-			// reports, duplicates) and until the ingress queue is empty.
+			// Drained: every message settled as the consumer sees it, the ingress queue empty
+			// and a pause for stragglers (late reports, duplicates). Or nothing has moved for
+			// a long while: what is not settled then never will be, and counts as lost.
 			idle := time.Since(time.Unix(0, l.lastArrival.Load()))
-			d, err := queueDepth(o.rabbitURL, clientPrefix+"monitor", n.ingress)
-			if err == nil && d[n.ingress] == 0 && idle > 2*o.quietWindow+5*time.Second {
+			settled := l.settled.Load() == int64(o.n)
+			if !settled && idle < max(time.Minute, 10*o.quietWindow) || settled && idle < 2*o.quietWindow+5*time.Second {
+				continue
+			}
+			if d, err := queueDepth(o.rabbitURL, clientPrefix+"monitor", n.ingress); err == nil && d[n.ingress] == 0 {
+				if !settled {
+					logf("nothing arrived for %s with %d messages unsettled; counting", idle.Round(time.Second), int64(o.n)-l.settled.Load())
+				}
 				break drain
 			}
 		}

@@ -245,7 +245,7 @@ func (r *run) waitOutcome() {
 	r.addReports(sel)
 	r.addRefusals(sel, r.retryNow, r.skip, r.resolve, r.discard)
 	sel.Select(r.ctx)
-	if quiet && s.Status == StatusAwaitingOutcome {
+	if quiet && s.Status == StatusAwaitingOutcome && !r.takePendingReports() {
 		s.Status = StatusDelivered
 		workflow.GetLogger(r.ctx).Info("retry delivered",
 			"message_id", s.Message.MessageID, "attempt", s.RetryCount, "outcome", "delivered")
@@ -369,16 +369,44 @@ func (r *run) addReports(sel workflow.Selector) {
 	sel.AddReceive(r.reports, func(c workflow.ReceiveChannel, _ bool) {
 		var rep message.FailureReport
 		c.Receive(r.ctx, &rep)
-		if why := r.stale(rep); why != "" {
-			r.state.DuplicateReports++
-			r.event("duplicate-report", "", why)
-			workflow.GetLogger(r.ctx).Info("duplicate report dropped",
-				"message_id", r.state.Message.MessageID, "attempt", r.state.RetryCount, "retry_count", rep.RetryCount,
-				"outcome", "duplicate")
-			return
-		}
-		r.failed(rep)
+		r.report(rep)
 	})
+}
+
+// report applies one failure report, or counts it as a duplicate.
+func (r *run) report(rep message.FailureReport) {
+	if why := r.stale(rep); why != "" {
+		r.state.DuplicateReports++
+		r.event("duplicate-report", "", why)
+		workflow.GetLogger(r.ctx).Info("duplicate report dropped",
+			"message_id", r.state.Message.MessageID, "attempt", r.state.RetryCount, "retry_count", rep.RetryCount,
+			"outcome", "duplicate")
+		return
+	}
+	r.failed(rep)
+}
+
+// changeReportsWithQuietTimer versions the fix below for running workflows (SPEC §4).
+const changeReportsWithQuietTimer = "apply-reports-pending-when-quiet-window-ends"
+
+// takePendingReports applies the failure reports already waiting when the quiet window ends,
+// and says whether one of them was a new failure. A report the server hands over in the same
+// workflow task as the timer (it was late: the bridge was down or cut off from Temporal for
+// about the quiet window) is a failure, not silence; without this the run ended as delivered
+// with the report unread, and the message was lost (found by `make soak`).
+func (r *run) takePendingReports() bool {
+	if r.reports.Len() == 0 {
+		return false
+	}
+	if workflow.GetVersion(r.ctx, changeReportsWithQuietTimer, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
+		return false
+	}
+	var rep message.FailureReport
+	for r.state.Status == StatusAwaitingOutcome && r.reports.ReceiveAsync(&rep) {
+		r.report(rep)
+		rep = message.FailureReport{}
+	}
+	return r.state.Status != StatusAwaitingOutcome
 }
 
 // stale says why a report is not a new failure, or "" when it is.

@@ -1,0 +1,80 @@
+package main
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+)
+
+func TestSummarizeNearestRank(t *testing.T) {
+	var ds []time.Duration
+	for i := 100; i >= 1; i-- {
+		ds = append(ds, time.Duration(i)*time.Millisecond)
+	}
+	l := summarize(ds)
+	assert.Equal(t, latency{Count: 100, P50: 50, P99: 99, Max: 100, Mean: 50.5}, l)
+	assert.Equal(t, latency{}, summarize(nil))
+}
+
+// Ten messages at 10/s with a 1 s delay: one lost, one duplicated with its key, one with
+// another key, one that arrived 2 s late (after the load).
+func TestTrackerFill(t *testing.T) {
+	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	end := start.Add(time.Second)
+	tr := newTracker(time.Second)
+	for seq := range 10 {
+		sent := start.Add(time.Duration(seq) * 100 * time.Millisecond)
+		tr.markSent(seq, sent)
+		due := sent.Add(time.Second)
+		switch seq {
+		case 3: // lost
+		case 9:
+			tr.arrived(seq, due.Add(2*time.Second), "k9")
+		default:
+			tr.arrived(seq, due.Add(10*time.Millisecond), "k")
+		}
+	}
+	tr.arrived(1, start.Add(5*time.Second), "k")
+	tr.arrived(2, start.Add(5*time.Second), "other")
+	tr.arrived(42, start, "never sent")
+	tr.markError()
+
+	var s step
+	tr.fill(&s, start, end)
+	assert.Equal(t, 10, s.Sent)
+	assert.Equal(t, 9, s.Completed)
+	assert.Equal(t, 1, s.Lost)
+	assert.Equal(t, 1, s.DuplicatesSameKey)
+	assert.Equal(t, 1, s.DuplicatesOtherKey)
+	assert.Equal(t, 1, s.Unexpected)
+	assert.Equal(t, 1, s.SendErrors)
+	assert.Equal(t, 8.0, s.Throughput) // 8 completions in [start+1s, end+1s]
+	assert.Equal(t, 2000.0, s.Lateness.Max)
+	assert.Equal(t, 8, s.LatenessDuring.Count)
+	assert.Equal(t, 1, s.LatenessAfter.Count)
+	assert.Equal(t, 2.0, s.DrainSeconds)
+
+	s.Rate = 10
+	judge(&s, options{P99Target: 250 * time.Millisecond, KeepUp: 0.95})
+	assert.False(t, s.Pass)
+	assert.Equal(t, "p99 over target, fell behind, lost, duplicate with another key, send errors", s.Why)
+}
+
+func TestParseConfigDefaultsAndStepDuration(t *testing.T) {
+	c, err := parseConfig([]string{"-duration", "15s", "-phases", "burst,ceiling"}, nil)
+	assert.NoError(t, err)
+	assert.Equal(t, []string{phaseCeiling, phaseBurst}, c.Phases)
+	assert.Equal(t, 15*time.Second, c.StepDuration, "a short -duration shortens the steps too")
+	assert.Equal(t, defaultDynamicConfig, c.DynamicConfig)
+
+	c, err = parseConfig([]string{"-dynamic-config", "a=1", "-dynamic-config", "b=2", "-step-duration", "5s", "-quiet-window", "0s"}, nil)
+	assert.NoError(t, err)
+	assert.Equal(t, []string{"a=1", "b=2"}, c.DynamicConfig)
+	assert.Equal(t, 5*time.Second, c.StepDuration)
+	assert.Zero(t, c.QuietWindow)
+
+	_, err = parseConfig([]string{"-phases", "nope", "-steps", "50,25"}, nil)
+	assert.ErrorContains(t, err, `unknown phase "nope"`)
+	assert.ErrorContains(t, err, "-steps must rise")
+}
