@@ -106,7 +106,7 @@ func runCeiling(ctx context.Context, c options, env *environment) ([]step, error
 			}
 			t.markSent(seq, at)
 		})
-		t.waitAll(ctx, c.Delay+c.DrainTimeout)
+		t.waitAll(ctx, c.DrainTimeout, c.Delay+c.DrainLimit)
 		// Let the last workflows complete (their task after the activity) before reading the CPU.
 		sleep(ctx, 500*time.Millisecond)
 

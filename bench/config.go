@@ -55,9 +55,11 @@ type options struct {
 	KeepUp    float64
 	// StopOnFail ends a ceiling or ladder run at its first failing step.
 	StopOnFail bool
-	// DrainTimeout bounds the wait for the last arrivals after a step's load ends; what has
-	// not arrived by then counts as lost.
+	// DrainTimeout ends the wait for the last arrivals after a step's load once nothing new
+	// has arrived for that long; DrainLimit ends it in any case. What has not arrived by then
+	// counts as lost.
 	DrainTimeout time.Duration
+	DrainLimit   time.Duration
 	// Publishers is how many goroutines publish (ingress) or start workflows (ceiling).
 	Publishers int
 	// RabbitMQURL is the broker.
@@ -101,7 +103,7 @@ func parseConfig(args []string, stderr io.Writer) (options, error) {
 	fs.SetOutput(stderr)
 	phases := fs.String("phases", strings.Join(allPhases, ","), "phases to run, comma-separated: "+strings.Join(allPhases, ","))
 	steps := fs.String("steps", "25,50,75,100,125,150,200", "rates (/s) of the ceiling and ladder steps, rising")
-	fs.DurationVar(&c.StepDuration, "step-duration", 20*time.Second, "load time of each ceiling/ladder step (default: the smaller of 20s and -duration)")
+	fs.DurationVar(&c.StepDuration, "step-duration", 20*time.Second, "load time of each ceiling/ladder step (when not given: the smaller of 20s and -duration)")
 	fs.IntVar(&c.Rate, "rate", 50, "sustained: failed messages per second")
 	fs.DurationVar(&c.Duration, "duration", 120*time.Second, "sustained: how long to publish")
 	fs.IntVar(&c.BurstRate, "burst-rate", 200, "burst: failed messages per second")
@@ -111,7 +113,8 @@ func parseConfig(args []string, stderr io.Writer) (options, error) {
 	fs.DurationVar(&c.P99Target, "p99-target", 250*time.Millisecond, "a step passes with p99 lateness at most this")
 	fs.Float64Var(&c.KeepUp, "keep-up", 0.95, "a step passes with throughput at least this × its rate")
 	fs.BoolVar(&c.StopOnFail, "stop-on-fail", true, "end a ceiling/ladder run at its first failing step")
-	fs.DurationVar(&c.DrainTimeout, "drain-timeout", 120*time.Second, "wait at most this for the last arrivals after the load ends (then: lost)")
+	fs.DurationVar(&c.DrainTimeout, "drain-timeout", 60*time.Second, "after the load, stop waiting for the last arrivals once none has come for this long (then: lost)")
+	fs.DurationVar(&c.DrainLimit, "drain-limit", 10*time.Minute, "after the load, stop waiting for the last arrivals after this long in any case")
 	fs.IntVar(&c.Publishers, "publishers", 16, "concurrent publishers (ingress) / workflow starters (ceiling)")
 	fs.StringVar(&c.RabbitMQURL, "rabbitmq-url", envOr("RABBITMQ_URL", "amqp://guest:guest@127.0.0.1:5672/"), "RabbitMQ (env RABBITMQ_URL)")
 	fs.StringVar(&c.TemporalCLI, "temporal-cli", devserver.DefaultBinary(), "Temporal CLI for the dev server (env TEMPORAL_CLI)")
@@ -179,7 +182,7 @@ func parseConfig(args []string, stderr io.Writer) (options, error) {
 	}
 	positive := map[string]time.Duration{
 		"-step-duration": c.StepDuration, "-duration": c.Duration, "-burst-duration": c.BurstDuration,
-		"-delay": c.Delay, "-p99-target": c.P99Target, "-drain-timeout": c.DrainTimeout,
+		"-delay": c.Delay, "-p99-target": c.P99Target, "-drain-timeout": c.DrainTimeout, "-drain-limit": c.DrainLimit,
 	}
 	for name, d := range positive {
 		if d <= 0 {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -32,7 +33,10 @@ type step struct {
 	// DrainSeconds is the last completion minus the last scheduled time: how long the backlog
 	// outlived the load (0 when there was none).
 	DrainSeconds float64 `json:"drain_seconds"`
-	Lost         int     `json:"lost"`
+	// ServedRate is completions per second from the first due time to the last completion:
+	// the rate the system actually worked at, backlog included.
+	ServedRate float64 `json:"served_rate_per_s"`
+	Lost       int     `json:"lost"`
 	// Duplicates are second deliveries of a message: with the same x-retry-key (allowed, bounded)
 	// or another (a bug). Unexpected are arrivals of messages never sent successfully.
 	DuplicatesSameKey  int `json:"duplicates_same_key"`
@@ -40,6 +44,9 @@ type step struct {
 	Unexpected         int `json:"unexpected_arrivals"`
 	DeadLettered       int `json:"dead_lettered"`
 	PeakIngressBacklog int `json:"peak_ingress_backlog,omitempty"`
+	// Missing describes up to a few of the lost messages: sequence number and, for the
+	// pipeline, what Temporal says of their workflow, so a loss can be told from a straggler.
+	Missing []string `json:"missing,omitempty"`
 	// CPU is the CPU seconds each process used over the step (load, drain and the quiet window);
 	// CPUPerRetry the same in milliseconds per completion.
 	CPU         map[string]float64 `json:"cpu_seconds"`
@@ -137,17 +144,27 @@ loop:
 	return start, time.Now()
 }
 
-// waitAll waits until every sent message has come back, ctx ends, or timeout passes.
-func (t *tracker) waitAll(ctx context.Context, timeout time.Duration) {
-	deadline := time.NewTimer(timeout)
+// waitAll waits until every sent message has come back, or ctx ends, or nothing new has
+// come back for idle (after the first delay), or limit has passed. Waiting on progress rather
+// than a fixed time keeps a slow drain of a big backlog from being counted as loss.
+func (t *tracker) waitAll(ctx context.Context, idle, limit time.Duration) {
+	deadline := time.NewTimer(limit)
 	defer deadline.Stop()
 	tick := time.NewTicker(50 * time.Millisecond)
 	defer tick.Stop()
+	last, lastChange := int64(-1), time.Now().Add(t.delay)
 	for {
 		t.mu.Lock()
 		n := len(t.sent)
 		t.mu.Unlock()
-		if int(t.distinct.Load()) >= n {
+		got := t.distinct.Load()
+		if int(got) >= n {
+			return
+		}
+		if now := time.Now(); got != last && now.After(lastChange) {
+			last, lastChange = got, now
+		}
+		if time.Since(lastChange) > idle {
 			return
 		}
 		select {
@@ -224,6 +241,9 @@ func (t *tracker) fill(s *step, start, end time.Time) {
 	s.Lateness = summarize(all)
 	d, a := summarize(during), summarize(after)
 	s.LatenessDuring, s.LatenessAfter = &d, &a
+	if span := lastArrival.Sub(from).Seconds(); span > 0 {
+		s.ServedRate = round(float64(s.Completed) / span)
+	}
 	if !lastSent.IsZero() {
 		s.DrainSeconds = round(max(0, lastArrival.Sub(lastSent.Add(t.delay)).Seconds()))
 	}
@@ -260,4 +280,18 @@ func perRetry(s *step) {
 		}
 		s.CPUPerRetry[k] = round(v * 1000 / float64(s.Completed))
 	}
+}
+
+// missing returns up to n sequence numbers that were sent and never came back, lowest first.
+func (t *tracker) missing(n int) []int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var out []int
+	for seq := range t.sent {
+		if len(t.got[seq]) == 0 {
+			out = append(out, seq)
+		}
+	}
+	slices.Sort(out)
+	return out[:min(n, len(out))]
 }

@@ -51,9 +51,11 @@ func main() {
 type environment struct {
 	c      options
 	prefix string
-	dir    string
-	log    *slog.Logger
-	quiet  *slog.Logger
+	// dir holds the policy files and the service logs; kept when a step lost messages.
+	dir     string
+	keepDir bool
+	log     *slog.Logger
+	quiet   *slog.Logger
 }
 
 func run(ctx context.Context, c options, stdout, stderr io.Writer) int {
@@ -64,7 +66,6 @@ func run(ctx context.Context, c options, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "bench:", err)
 		return 1
 	}
-	defer os.RemoveAll(dir)
 	env := &environment{
 		c:      c,
 		prefix: "bench-" + hex.EncodeToString(b),
@@ -72,6 +73,13 @@ func run(ctx context.Context, c options, stdout, stderr io.Writer) int {
 		log:    slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo})),
 		quiet:  slog.New(slog.DiscardHandler),
 	}
+	defer func() {
+		if env.keepDir {
+			env.log.Warn("messages were lost: service logs kept for a look", "dir", dir)
+			return
+		}
+		_ = os.RemoveAll(dir)
+	}()
 	rep := newReport(c)
 	env.log.Info("bench starting", "phases", c.Phases, "prefix", env.prefix, "load_avg", rep.Machine.LoadAvgStart)
 

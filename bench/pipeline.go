@@ -15,6 +15,7 @@ import (
 	"retry-scheduler/broker"
 	"retry-scheduler/devserver"
 	"retry-scheduler/message"
+	"retry-scheduler/workflows"
 )
 
 // load is one rate held for a while, a row of a pipeline phase.
@@ -174,13 +175,17 @@ func (p *pipeline) run(ctx context.Context, phase string, i int, l load) (step, 
 	start, end := pace(ctx, l.rate, l.duration, p.c.Publishers, func(ctx context.Context, seq int) {
 		p.send(ctx, original, name, seq, t)
 	})
-	t.waitAll(ctx, p.c.Delay+p.c.DrainTimeout)
+	t.waitAll(ctx, p.c.DrainTimeout, p.c.Delay+p.c.DrainLimit)
 	sleep(ctx, p.c.QuietWindow+time.Second)
 
 	s := step{Phase: phase, Rate: l.rate, PeakIngressBacklog: backlog.get()}
 	cpu.record(&s)
 	t.fill(&s, start, end)
 	s.DeadLettered = purge(p.bcfg, p.dlq)
+	if s.Lost > 0 {
+		s.Missing = p.explain(ctx, original, name, t.missing(5))
+		p.env.keepDir = true
+	}
 	perRetry(&s)
 	judge(&s, p.c)
 	if s.DeadLettered > 0 {
@@ -188,6 +193,34 @@ func (p *pipeline) run(ctx context.Context, phase string, i int, l load) (step, 
 		s.Why = joinWhy(s.Why, "dead-lettered")
 	}
 	return s, nil
+}
+
+// explain says, for lost messages, what Temporal knows of their workflows.
+func (p *pipeline) explain(ctx context.Context, original, name string, seqs []int) []string {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	tc, err := p.srv.Dial(ctx)
+	if err != nil {
+		return []string{"cannot ask Temporal: " + err.Error()}
+	}
+	defer tc.Close()
+	var out []string
+	for _, seq := range seqs {
+		id := workflows.WorkflowID(original, name+"-"+strconv.Itoa(seq))
+		d, err := tc.DescribeWorkflowExecution(ctx, id, "")
+		if err != nil {
+			out = append(out, fmt.Sprintf("%d: workflow %s: %v", seq, id, err))
+			continue
+		}
+		info := d.GetWorkflowExecutionInfo()
+		status := "?"
+		if sa := info.GetSearchAttributes().GetIndexedFields()[workflows.SAStatus.GetName()]; sa != nil {
+			status = string(sa.GetData())
+		}
+		out = append(out, fmt.Sprintf("%d: workflow %s %s, RetryStatus %s, %d history events, %d pending activities",
+			seq, id, info.GetStatus(), status, info.GetHistoryLength(), len(d.GetPendingActivities())))
+	}
+	return out
 }
 
 // send publishes message seq of a step as a RetryMessage, with a confirm.

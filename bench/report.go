@@ -154,10 +154,10 @@ func (r *report) printTable(w io.Writer) {
 	fmt.Fprintln(w)
 	for _, s := range r.Steps {
 		if s.Phase == phaseBurst {
-			fmt.Fprintf(w, "burst: lateness during the load p50/p99/max %s/%s/%s ms (%d), after it %s/%s/%s ms (%d); peak ingress backlog %d; drained %s s after the last scheduled time\n",
+			fmt.Fprintf(w, "burst: lateness during the load p50/p99/max %s/%s/%s ms (%d), after it %s/%s/%s ms (%d); peak ingress backlog %d; served %s/s; drained %s s after the last scheduled time\n",
 				fmtF(s.LatenessDuring.P50), fmtF(s.LatenessDuring.P99), fmtF(s.LatenessDuring.Max), s.LatenessDuring.Count,
 				fmtF(s.LatenessAfter.P50), fmtF(s.LatenessAfter.P99), fmtF(s.LatenessAfter.Max), s.LatenessAfter.Count,
-				s.PeakIngressBacklog, fmtF(s.DrainSeconds))
+				s.PeakIngressBacklog, fmtF(s.ServedRate), fmtF(s.DrainSeconds))
 		}
 	}
 	sum := r.Summary
@@ -166,13 +166,17 @@ func (r *report) printTable(w io.Writer) {
 		ceiling = "≥ " + ceiling + " (every step passed)"
 	}
 	if sum.CeilingRate == 0 {
-		ceiling = "not measured (or no step passed)"
+		ceiling = "no passing step (or not measured)"
 	}
-	pipeline := "not measured (or no step passed)"
+	pipeline := "no passing step (or not measured)"
 	if sum.PipelineRate > 0 {
 		pipeline = fmt.Sprintf("%d/s (%s)", sum.PipelineRate, sum.PipelineSource)
 	}
-	fmt.Fprintf(w, "ceiling (bare engine): %s; pipeline: %s; ratio pipeline/ceiling: %s\n", ceiling, pipeline, fmtF(sum.Ratio))
+	ratio := "n/a"
+	if sum.Ratio > 0 {
+		ratio = fmt.Sprintf("%.2f", sum.Ratio)
+	}
+	fmt.Fprintf(w, "ceiling (bare engine): %s; pipeline: %s; ratio pipeline/ceiling: %s\n", ceiling, pipeline, ratio)
 	fmt.Fprintln(w, "others cores: CPU used meanwhile by everything else (broker included), in cores; above ~0.3 the run was noisy")
 	fmt.Fprintln(w, "wkr cpu: the bench process for ceiling rows (probe worker + starter), the service process (bridge + worker) for the others")
 }
