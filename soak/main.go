@@ -58,7 +58,10 @@ func parseFlags(args []string) (options, error) {
 	fs.Uint64Var(&o.seed, "seed", 1, "seed of the per-message plan and the fault order")
 	fs.IntVar(&o.workers, "workers", 2, "worker processes")
 	fs.DurationVar(&o.delay, "delay", 500*time.Millisecond, "the soak policy's retry delay")
-	fs.DurationVar(&o.quietWindow, "quiet-window", 3*time.Second, "the soak policy's quiet window")
+	// 30s, the built-in policies' quiet window: longer than the longest stall the schedule
+	// makes (a 10 s partition and its recovery). With a quiet window shorter than the stalls,
+	// late reports split message histories across runs (see README, "Findings").
+	fs.DurationVar(&o.quietWindow, "quiet-window", 30*time.Second, "the soak policy's quiet window")
 	fs.IntVar(&o.maxRetries, "max-retries", 3, "the soak policy's max retries")
 	fs.DurationVar(&o.latency, "latency", 150*time.Millisecond, "latency added each way during a latency fault")
 	fs.DurationVar(&o.faultPeriod, "fault-period", 10*time.Second, "how long a latency fault, a bridge↔Temporal partition or an armed confirm cut lasts")
