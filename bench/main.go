@@ -74,8 +74,8 @@ func run(ctx context.Context, c options, stdout, stderr io.Writer) int {
 		quiet:  slog.New(slog.DiscardHandler),
 	}
 	defer func() {
-		if env.keepDir {
-			env.log.Warn("messages were lost: service logs kept for a look", "dir", dir)
+		if env.keepDir || os.Getenv("BENCH_KEEP") != "" {
+			env.log.Warn("service and dev server logs kept for a look (messages lost, or BENCH_KEEP set)", "dir", dir)
 			return
 		}
 		_ = os.RemoveAll(dir)
