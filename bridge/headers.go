@@ -103,27 +103,14 @@ func (c *headerConverter) value(v any, path string, depth int) (any, bool) {
 		return x, true
 	case bool:
 		return x, true
-	case int:
-		return int64(x), true
-	case int8:
-		return int64(x), true
-	case int16:
-		return int64(x), true
-	case int32:
-		return int64(x), true
-	case int64:
-		return x, true
-	case uint8:
-		return int64(x), true
-	case uint16:
-		return int64(x), true
-	case uint32:
-		return int64(x), true
+	case int, int8, int16, int32, int64, uint8, uint16, uint32:
+		n, _ := amqpInt(x)
+		return n, true
 	case uint64:
-		if x > math.MaxInt64 {
-			return float64(x), true
+		if n, ok := amqpInt(x); ok {
+			return n, true
 		}
-		return int64(x), true
+		return float64(x), true
 	case float32:
 		return c.float(float64(x), path)
 	case float64:
@@ -219,6 +206,23 @@ func headerString(v any) (string, bool) {
 // decimal string.
 func headerInt(v any) (int64, bool) {
 	switch x := v.(type) {
+	case int, int8, int16, int32, int64, uint8, uint16, uint32, uint64:
+		return amqpInt(x)
+	case float32:
+		return integral(float64(x))
+	case float64:
+		return integral(x)
+	}
+	if s, ok := headerString(v); ok {
+		return parseInteger(strings.TrimSpace(s))
+	}
+	return 0, false
+}
+
+// amqpInt widens any AMQP integer to int64; false for a uint64 beyond its range or a
+// value that is not an integer.
+func amqpInt(v any) (int64, bool) {
+	switch x := v.(type) {
 	case int:
 		return int64(x), true
 	case int8:
@@ -240,13 +244,6 @@ func headerInt(v any) (int64, bool) {
 			return 0, false
 		}
 		return int64(x), true
-	case float32:
-		return integral(float64(x))
-	case float64:
-		return integral(x)
-	}
-	if s, ok := headerString(v); ok {
-		return parseInteger(strings.TrimSpace(s))
 	}
 	return 0, false
 }
