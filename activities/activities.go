@@ -4,6 +4,7 @@ package activities
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"time"
 
@@ -64,9 +65,37 @@ type Publisher interface {
 // its methods are the activities RepublishName and DeadLetterName.
 type Activities struct {
 	Publisher Publisher
+	// History finds the attempts of a message's earlier runs; nil: none are looked up.
+	History   History
 	Logger    *slog.Logger
 	Metrics   *Metrics         // may be nil
 	Now       func() time.Time // injectable clock. Defaults to time.Now.
+}
+
+// History reads what earlier runs of a workflow recorded.
+type History interface {
+	// PriorAttempts returns the attempts recorded by the most recent closed run of
+	// workflowID other than runID, oldest first; none when there is no such run.
+	PriorAttempts(ctx context.Context, workflowID, runID string) ([]message.Attempt, error)
+}
+
+// PriorAttemptsInput names the run asking.
+type PriorAttemptsInput struct {
+	WorkflowID string `json:"workflow_id"`
+	RunID      string `json:"run_id"`
+}
+
+// PriorAttempts gives a run that continues an earlier run's count (a failure reported after
+// that run had ended) the earlier attempts, so its dead-letter envelope tells the whole story.
+func (a *Activities) PriorAttempts(ctx context.Context, in PriorAttemptsInput) ([]message.Attempt, error) {
+	if a.History == nil {
+		return nil, nil
+	}
+	attempts, err := a.History.PriorAttempts(ctx, in.WorkflowID, in.RunID)
+	if err != nil {
+		return nil, fmt.Errorf("prior attempts of %s: %w", in.WorkflowID, err)
+	}
+	return attempts, nil
 }
 
 func (a *Activities) now() time.Time {

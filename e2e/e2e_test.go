@@ -297,3 +297,46 @@ func (s *stack) startWorker(t *testing.T, bin string) *exec.Cmd {
 	})
 	return cmd
 }
+
+// A failure reported after the run ended: the new run continues the count and its dead
+// letter still carries the earlier run's attempts.
+func TestLateReportNewRunKeepsTheWholeStory(t *testing.T) {
+	s := newStack(t)
+	s.run("all")
+	orders := s.queue(s.prefix+".orders", nil)
+	var mu sync.Mutex
+	failing := false
+	c := s.consume(orders, func(d amqp.Delivery) {
+		mu.Lock()
+		f := failing
+		mu.Unlock()
+		if f {
+			key, _ := d.Headers["x-retry-key"].(string)
+			n := int(d.Headers["x-retry-count"].(int32))
+			_ = s.sendRetry(message.RetryMessage{MessageID: d.MessageId, OriginalPayload: d.Body, OriginalQueue: orders,
+				ErrorReason: fmt.Sprintf("fail #%d", n+1), HTTPStatus: 503, RetryCount: n, RetryKey: key})
+		}
+		_ = d.Ack(false)
+	})
+	dead := s.consume(s.dlq, nil)
+
+	s.publishRetry(message.RetryMessage{MessageID: "late-1", OriginalPayload: []byte("x"), OriginalQueue: orders, ErrorReason: "fail #1", HTTPStatus: 503})
+	id := workflows.WorkflowID(orders, "late-1")
+	require.Equal(t, workflows.StatusDelivered, s.workflowResult(id, 30*time.Second).Status)
+	c.next(t, 5*time.Second)
+
+	// The consumer's report of retry 1 arrives only now, after the run ended as delivered.
+	mu.Lock()
+	failing = true
+	mu.Unlock()
+	s.publishRetry(message.RetryMessage{MessageID: "late-1", OriginalPayload: []byte("x"), OriginalQueue: orders,
+		ErrorReason: "fail #2", HTTPStatus: 503, RetryCount: 1, RetryKey: "late-1:1"})
+
+	env := envelopeOf(t, dead.next(t, 60*time.Second))
+	require.Equal(t, "exhausted", env.DeadReason)
+	require.Len(t, env.RetryAttempts, 4, "attempts of both runs")
+	for i, a := range env.RetryAttempts {
+		require.Equal(t, i+1, a.Attempt)
+		require.Equal(t, fmt.Sprintf("fail #%d", i+1), a.Error)
+	}
+}

@@ -82,7 +82,7 @@ func Run(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 	runWorker := cfg.Mode == "all" || cfg.Mode == "worker"
 	runBridge := cfg.Mode == "all" || cfg.Mode == "bridge"
 	if runWorker {
-		acts := &activities.Activities{Publisher: pub, Logger: logger.With("component", "activities"), Metrics: activities.NewMetrics(reg)}
+		acts := &activities.Activities{Publisher: pub, History: history{client: tc, namespace: cfg.Namespace}, Logger: logger.With("component", "activities"), Metrics: activities.NewMetrics(reg)}
 		w := worker.New(tc, worker.Options{TaskQueue: cfg.TaskQueue, StopTimeout: cfg.WorkerStopTimeout}, acts)
 		if err := w.Start(); err != nil {
 			return fmt.Errorf("start worker: %w", err)

@@ -116,7 +116,45 @@ func (r *run) begin(rep message.FailureReport) {
 	for _, n := range rep.Notes {
 		r.event("note", "", n)
 	}
+	if rep.RetryCount > 0 {
+		r.takePriorAttempts()
+	}
 	r.failed(rep)
+}
+
+// changePriorAttempts versions the look-up of an earlier run's attempts (SPEC §4, §1: a
+// dead letter carries its full story even when its history spans runs).
+const changePriorAttempts = "continue-attempts-of-earlier-run"
+
+var priorAttemptsOptions = workflow.LocalActivityOptions{
+	StartToCloseTimeout: 10 * time.Second,
+	RetryPolicy:         &temporal.RetryPolicy{InitialInterval: time.Second, MaximumAttempts: 3},
+}
+
+// takePriorAttempts starts this run's attempt history with the earlier run's, when the
+// report continues a count (it failed again after that run had ended). Best effort: the
+// count itself comes from the report, so a failed look-up only shortens the story.
+func (r *run) takePriorAttempts() {
+	if workflow.GetVersion(r.ctx, changePriorAttempts, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
+		return
+	}
+	info := workflow.GetInfo(r.ctx)
+	var acts *activities.Activities
+	var prior []message.Attempt
+	err := workflow.ExecuteLocalActivity(workflow.WithLocalActivityOptions(r.ctx, priorAttemptsOptions), acts.PriorAttempts,
+		activities.PriorAttemptsInput{WorkflowID: info.WorkflowExecution.ID, RunID: info.WorkflowExecution.RunID}).Get(r.ctx, &prior)
+	if err != nil {
+		r.event("note", "", "attempts of the earlier run not found: "+err.Error())
+		return
+	}
+	if len(prior) == 0 {
+		return
+	}
+	r.state.Attempts = append(prior, r.state.Attempts...)
+	if first := prior[0].Timestamp; !first.IsZero() && first.Before(r.state.FirstFailureAt) {
+		r.state.FirstFailureAt = first
+	}
+	r.event("note", "", "continues an earlier run: "+strconv.Itoa(len(prior))+" attempts carried over")
 }
 
 // step waits for what the current state waits for and applies it.

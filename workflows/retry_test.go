@@ -101,18 +101,27 @@ var transient = policy.Failure{Category: "transient", Reason: "503 from payments
 type retrySuite struct {
 	suite.Suite
 	testsuite.WorkflowTestSuite
-	env *testsuite.TestWorkflowEnvironment
-	pub *memPublisher
+	env  *testsuite.TestWorkflowEnvironment
+	pub  *memPublisher
+	hist *fakeHistory
+}
+
+// fakeHistory stands in for Temporal's record of earlier runs.
+type fakeHistory struct{ attempts []message.Attempt }
+
+func (h *fakeHistory) PriorAttempts(context.Context, string, string) ([]message.Attempt, error) {
+	return h.attempts, nil
 }
 
 func TestRetryWorkflow(t *testing.T) { suite.Run(t, new(retrySuite)) }
 
 func (s *retrySuite) SetupTest() {
 	s.pub = &memPublisher{unroutable: map[string]bool{}}
+	s.hist = &fakeHistory{}
 	s.SetLogger(log.NewStructuredLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
 	s.env = s.NewTestWorkflowEnvironment()
 	s.env.RegisterWorkflowWithOptions(RetryWorkflow, workflow.RegisterOptions{Name: RetryWorkflowName})
-	s.env.RegisterActivity(&activities.Activities{Publisher: s.pub, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	s.env.RegisterActivity(&activities.Activities{Publisher: s.pub, History: s.hist, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 }
 
 func (s *retrySuite) TearDownTest() { s.env.AssertExpectations(s.T()) }
@@ -424,6 +433,28 @@ func (s *retrySuite) TestNewRunContinuesTheCount() {
 	s.EqualValues(3, got[0].Msg.Headers[activities.HeaderRetryCount])
 	s.Equal(testID+":3", got[0].Msg.Headers[activities.HeaderRetryKey])
 	s.Len(s.envelopes(), 1)
+}
+
+func (s *retrySuite) TestNewRunCarriesTheEarlierRunsAttempts() {
+	p := fixedPolicy(3)
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	s.hist.attempts = []message.Attempt{
+		{Attempt: 1, Timestamp: t0, Error: "first", Category: "transient"},
+		{Attempt: 2, Timestamp: t0.Add(time.Minute), Error: "second", Category: "transient"},
+	}
+	s.failAt(15*time.Second, p, 3, transient)
+	s.start(report(p, 2, transient))
+
+	s.result()
+	envs := s.envelopes()
+	s.Require().Len(envs, 1)
+	e := envs[0]
+	s.Require().Len(e.RetryAttempts, 4, "the dead letter tells the whole story across runs")
+	for i, a := range e.RetryAttempts {
+		s.Equal(i+1, a.Attempt)
+	}
+	s.Equal("first", e.RetryAttempts[0].Error)
+	s.Equal(t0, e.FirstFailureAt.UTC())
 }
 
 func (s *retrySuite) TestUnroutableDestinationIsPermanent() {

@@ -1,0 +1,52 @@
+package service
+
+import (
+	"context"
+	"fmt"
+
+	workflowpb "go.temporal.io/api/workflow/v1"
+	"go.temporal.io/api/workflowservice/v1"
+	"go.temporal.io/sdk/client"
+
+	"retry-scheduler/message"
+	"retry-scheduler/workflows"
+)
+
+// history reads a message's earlier runs through Temporal: visibility finds the latest
+// closed run, the state query (answered by replaying it on a worker) gives its attempts.
+type history struct {
+	client    client.Client
+	namespace string
+}
+
+func (h history) PriorAttempts(ctx context.Context, workflowID, runID string) ([]message.Attempt, error) {
+	resp, err := h.client.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{
+		Namespace: h.namespace,
+		Query:     fmt.Sprintf("WorkflowId = %q AND ExecutionStatus != 'Running'", workflowID),
+		PageSize:  100,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list runs: %w", err)
+	}
+	var latest *workflowpb.WorkflowExecutionInfo
+	for _, e := range resp.GetExecutions() {
+		if e.GetExecution().GetRunId() == runID {
+			continue
+		}
+		if latest == nil || e.GetCloseTime().AsTime().After(latest.GetCloseTime().AsTime()) {
+			latest = e
+		}
+	}
+	if latest == nil {
+		return nil, nil
+	}
+	v, err := h.client.QueryWorkflow(ctx, workflowID, latest.GetExecution().GetRunId(), workflows.QueryState)
+	if err != nil {
+		return nil, fmt.Errorf("query run %s: %w", latest.GetExecution().GetRunId(), err)
+	}
+	var st workflows.State
+	if err := v.Get(&st); err != nil {
+		return nil, fmt.Errorf("decode state of run %s: %w", latest.GetExecution().GetRunId(), err)
+	}
+	return st.Attempts, nil
+}
