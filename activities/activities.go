@@ -66,10 +66,10 @@ type Publisher interface {
 type Activities struct {
 	Publisher Publisher
 	// History finds the attempts of a message's earlier runs; nil: none are looked up.
-	History   History
-	Logger    *slog.Logger
-	Metrics   *Metrics         // may be nil
-	Now       func() time.Time // injectable clock. Defaults to time.Now.
+	History History
+	Logger  *slog.Logger
+	Metrics *Metrics         // may be nil
+	Now     func() time.Time // injectable clock. Defaults to time.Now.
 }
 
 // History reads what earlier runs of a workflow recorded.
