@@ -180,22 +180,31 @@ func parseRetryQueueFilter(q url.Values) (Filter, error) {
 			f.Statuses = append(f.Statuses, st)
 		}
 	}
+	if err = parseCommonFilter(q, &f); err != nil {
+		return Filter{}, err
+	}
+	return f, nil
+}
+
+// parseCommonFilter reads the filters both lists take: queue, category, tenant.
+func parseCommonFilter(q url.Values, f *Filter) error {
+	var err error
 	if v := q.Get("queue"); v != "" {
 		if f.Queue, err = parseText("queue", v); err != nil {
-			return Filter{}, err
+			return err
 		}
 	}
 	if v := q.Get("category"); v != "" {
 		if f.Category, err = parseCategory(v); err != nil {
-			return Filter{}, err
+			return err
 		}
 	}
 	if v := q.Get("tenant"); v != "" {
 		if f.Tenant, err = parseText("tenant", v); err != nil {
-			return Filter{}, err
+			return err
 		}
 	}
-	return f, nil
+	return nil
 }
 
 func isLive(st workflows.Status) bool {
@@ -215,20 +224,8 @@ func parseDeadLetterFilter(q url.Values) (Filter, error) {
 	}
 	f := Filter{Statuses: []workflows.Status{workflows.StatusDead}}
 	var err error
-	if v := q.Get("queue"); v != "" {
-		if f.Queue, err = parseText("queue", v); err != nil {
-			return Filter{}, err
-		}
-	}
-	if v := q.Get("category"); v != "" {
-		if f.Category, err = parseCategory(v); err != nil {
-			return Filter{}, err
-		}
-	}
-	if v := q.Get("tenant"); v != "" {
-		if f.Tenant, err = parseText("tenant", v); err != nil {
-			return Filter{}, err
-		}
+	if err = parseCommonFilter(q, &f); err != nil {
+		return Filter{}, err
 	}
 	for _, p := range []struct {
 		name string
