@@ -9,6 +9,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"io"
 	"log/slog"
 	"os"
@@ -20,6 +21,7 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/require"
+	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
 	"google.golang.org/protobuf/encoding/protojson"
 
@@ -195,8 +197,18 @@ func (s *stack) workflowResult(id string, timeout time.Duration) workflows.Resul
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	var r workflows.Result
-	require.NoError(s.t, s.tc.GetWorkflow(ctx, id, "").Get(ctx, &r))
-	return r
+	for {
+		// The bridge starts the workflow asynchronously after the publish: until it has,
+		// the ID is unknown.
+		err := s.tc.GetWorkflow(ctx, id, "").Get(ctx, &r)
+		var notFound *serviceerror.NotFound
+		if errors.As(err, &notFound) && ctx.Err() == nil {
+			time.Sleep(50 * time.Millisecond)
+			continue
+		}
+		require.NoError(s.t, err)
+		return r
+	}
 }
 
 func (s *stack) state(id string) (workflows.State, error) {
