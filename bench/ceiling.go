@@ -35,8 +35,10 @@ type probe struct {
 
 // Workflow sleeps, then runs the local activity once.
 func (p *probe) Workflow(ctx workflow.Context, in probeInput) error {
-	if err := workflow.Sleep(ctx, in.Delay); err != nil {
-		return err
+	if in.Delay > 0 {
+		if err := workflow.Sleep(ctx, in.Delay); err != nil {
+			return err
+		}
 	}
 	ctx = workflow.WithLocalActivityOptions(ctx, workflow.LocalActivityOptions{StartToCloseTimeout: 10 * time.Second})
 	return workflow.ExecuteLocalActivity(ctx, p.Touch, in.Step, in.Seq).Get(ctx, nil)
@@ -96,10 +98,15 @@ func runCeiling(ctx context.Context, c options, env *environment) ([]step, error
 				TaskQueue:        taskQueue,
 				EnableEagerStart: true,
 			}
+			in := probeInput{Step: name, Seq: seq, Delay: c.Delay}
+			if c.ProbeStartDelay {
+				// The delay as the start's backoff: one workflow task instead of two, no eager start.
+				opts.EnableEagerStart, opts.StartDelay, in.Delay = false, c.Delay, 0
+			}
 			sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 			defer cancel()
 			at := time.Now()
-			if _, err := tc.ExecuteWorkflow(sctx, opts, probeWorkflowName, probeInput{Step: name, Seq: seq, Delay: c.Delay}); err != nil {
+			if _, err := tc.ExecuteWorkflow(sctx, opts, probeWorkflowName, in); err != nil {
 				t.markError()
 				env.log.Debug("start probe", "error", err)
 				return

@@ -77,6 +77,8 @@ type options struct {
 	ServiceEnv []string
 	// ResultsDir receives <UTC timestamp>.json; "" writes no file.
 	ResultsDir string
+	// ProbeStartDelay makes the ceiling probe wait its delay as a start delay instead of a timer.
+	ProbeStartDelay bool
 	// Note is free text stored in the JSON (what was changed for an A/B run).
 	Note string
 }
@@ -102,7 +104,7 @@ func parseConfig(args []string, stderr io.Writer) (options, error) {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	phases := fs.String("phases", strings.Join(allPhases, ","), "phases to run, comma-separated: "+strings.Join(allPhases, ","))
-	steps := fs.String("steps", "25,50,75,100,125,150,200", "rates (/s) of the ceiling and ladder steps, rising")
+	steps := fs.String("steps", "10,20,30,40,50,60,75,100,125,150,200", "rates (/s) of the ceiling and ladder steps, rising")
 	fs.DurationVar(&c.StepDuration, "step-duration", 20*time.Second, "load time of each ceiling/ladder step (when not given: the smaller of 20s and -duration)")
 	fs.IntVar(&c.Rate, "rate", 50, "sustained: failed messages per second")
 	fs.DurationVar(&c.Duration, "duration", 120*time.Second, "sustained: how long to publish")
@@ -126,6 +128,7 @@ func parseConfig(args []string, stderr io.Writer) (options, error) {
 	env := &listFlag{}
 	fs.Var(env, "service-env", "extra KEY=VALUE setting of the service process (e.g. BRIDGE_WORKERS=32), repeatable")
 	fs.StringVar(&c.ResultsDir, "results-dir", "bench/results", "directory for the JSON result (\"\" = none)")
+	fs.BoolVar(&c.ProbeStartDelay, "probe-start-delay", false, "ceiling: the probe waits its delay as a workflow start delay (one workflow task) instead of a timer")
 	fs.StringVar(&c.Note, "note", "", "free text stored in the JSON result (what this run changed)")
 	if err := fs.Parse(args); err != nil {
 		return c, err

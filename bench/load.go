@@ -47,6 +47,9 @@ type step struct {
 	// Missing describes up to a few of the lost messages: sequence number and, for the
 	// pipeline, what Temporal says of their workflow, so a loss can be told from a straggler.
 	Missing []string `json:"missing,omitempty"`
+	// Slowest lays out the workflow histories of the latest few messages (pipeline): when each
+	// event happened, in ms after the send, so that where the lateness came from can be read.
+	Slowest []string `json:"slowest,omitempty"`
 	// CPU is the CPU seconds each process used over the step (load, drain and the quiet window);
 	// CPUPerRetry the same in milliseconds per completion.
 	CPU         map[string]float64 `json:"cpu_seconds"`

@@ -186,6 +186,7 @@ func (p *pipeline) run(ctx context.Context, phase string, i int, l load) (step, 
 		s.Missing = p.explain(ctx, original, name, t.missing(5))
 		p.env.keepDir = true
 	}
+	s.Slowest = p.trace(ctx, original, name, t.latest(slowestTraced))
 	perRetry(&s)
 	judge(&s, p.c)
 	if s.DeadLettered > 0 {
@@ -221,6 +222,18 @@ func (p *pipeline) explain(ctx context.Context, original, name string, seqs []in
 			seq, id, info.GetStatus(), status, info.GetHistoryLength(), len(d.GetPendingActivities())))
 	}
 	return out
+}
+
+// trace lays out the workflow histories of the given messages (see timelines).
+func (p *pipeline) trace(ctx context.Context, original, name string, msgs []traced) []string {
+	ctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	tc, err := p.srv.Dial(ctx)
+	if err != nil {
+		return []string{"cannot ask Temporal: " + err.Error()}
+	}
+	defer tc.Close()
+	return timelines(ctx, tc, original, name, msgs)
 }
 
 // send publishes message seq of a step as a RetryMessage, with a confirm.

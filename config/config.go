@@ -91,6 +91,9 @@ type Config struct {
 	// Prefetch is the bridge's AMQP prefetch count (1-65535). Env BRIDGE_PREFETCH, flag
 	// -prefetch. Defaults to 64.
 	Prefetch int
+	// WorkflowPollers is how many workflow-task pollers the worker runs. Env WORKFLOW_POLLERS,
+	// flag -workflow-pollers. Defaults to 4.
+	WorkflowPollers int
 	// BridgeWorkers is how many deliveries the bridge handles at once. Env
 	// BRIDGE_WORKERS, flag -bridge-workers. Defaults to 16.
 	BridgeWorkers int
@@ -195,6 +198,7 @@ func Default() Config {
 		MaxMessageBytes:   524288,
 		Prefetch:          64,
 		BridgeWorkers:     16,
+		WorkflowPollers:   4,
 		PublishTimeout:    10 * time.Second,
 		WorkerStopTimeout: 30 * time.Second,
 		Retention:         720 * time.Hour,
@@ -329,6 +333,8 @@ var settings = func() []setting {
 	add("MAX_MESSAGE_BYTES", "max-message-bytes", "largest payload carried; larger ones are dead-lettered", iset, ishow)
 	iset, ishow = integer(func(c *Config) *int { return &c.Prefetch })
 	add("BRIDGE_PREFETCH", "prefetch", "bridge AMQP prefetch count", iset, ishow)
+	iset, ishow = integer(func(c *Config) *int { return &c.WorkflowPollers })
+	add("WORKFLOW_POLLERS", "workflow-pollers", "workflow-task pollers of the worker", iset, ishow)
 	iset, ishow = integer(func(c *Config) *int { return &c.BridgeWorkers })
 	add("BRIDGE_WORKERS", "bridge-workers", "deliveries the bridge handles at once", iset, ishow)
 	dset, dshow := duration(func(c *Config) *time.Duration { return &c.PublishTimeout })
@@ -502,6 +508,9 @@ func (c Config) Validate() error {
 	}
 	if c.Prefetch < 1 || c.Prefetch > 65535 {
 		bad("BRIDGE_PREFETCH (%d) must be between 1 and 65535", c.Prefetch)
+	}
+	if c.WorkflowPollers < 2 {
+		bad("WORKFLOW_POLLERS (%d) must be 2 or more (the sticky and the normal queue)", c.WorkflowPollers)
 	}
 	if c.BridgeWorkers < 1 {
 		bad("BRIDGE_WORKERS (%d) must be 1 or more", c.BridgeWorkers)

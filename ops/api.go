@@ -16,6 +16,7 @@ import (
 	"go.temporal.io/api/serviceerror"
 	workflowpb "go.temporal.io/api/workflow/v1"
 	"go.temporal.io/api/workflowservice/v1"
+	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
 	"golang.org/x/sync/errgroup"
 
@@ -29,6 +30,7 @@ type Temporal interface {
 	DescribeWorkflowExecution(ctx context.Context, workflowID, runID string) (*workflowservice.DescribeWorkflowExecutionResponse, error)
 	QueryWorkflow(ctx context.Context, workflowID string, runID string, queryType string, args ...interface{}) (converter.EncodedValue, error)
 	SignalWorkflow(ctx context.Context, workflowID string, runID string, signalName string, arg interface{}) error
+	GetWorkflowHistory(ctx context.Context, workflowID string, runID string, isLongPoll bool, filterType enumspb.HistoryEventFilterType) client.HistoryEventIterator
 }
 
 // APIConfig configures the operators' API.
@@ -52,11 +54,17 @@ type APIConfig struct {
 	MaxScan int
 	// Logger receives one line per mutating call. Defaults to slog.Default().
 	Logger *slog.Logger
+	// DataConverter decodes workflow inputs read from histories: the client's (with the
+	// payload codec when PAYLOAD_KEYS is set). Defaults to the SDK's default converter.
+	DataConverter converter.DataConverter
 	// Now is the clock for older_than. Defaults to time.Now.
 	Now func() time.Time
 }
 
 func (c APIConfig) withDefaults() APIConfig {
+	if c.DataConverter == nil {
+		c.DataConverter = converter.GetDefaultDataConverter()
+	}
 	if c.Namespace == "" {
 		c.Namespace = "default"
 	}
@@ -414,6 +422,10 @@ func maxRetries(st workflows.State) int {
 
 func (a *API) state(ctx context.Context, id string) (workflows.State, error) {
 	v, err := a.cfg.Client.QueryWorkflow(ctx, id, "", workflows.QueryState)
+	var notReady *serviceerror.WorkflowNotReady
+	if errors.As(err, &notReady) {
+		return a.delayedState(ctx, id)
+	}
 	if err != nil {
 		return workflows.State{}, fmt.Errorf("query %s of %s: %w", workflows.QueryState, id, err)
 	}

@@ -18,14 +18,17 @@ import (
 	"github.com/stretchr/testify/require"
 	commonpb "go.temporal.io/api/common/v1"
 	enumspb "go.temporal.io/api/enums/v1"
+	historypb "go.temporal.io/api/history/v1"
 	"go.temporal.io/api/serviceerror"
 	taskqueuepb "go.temporal.io/api/taskqueue/v1"
 	workflowpb "go.temporal.io/api/workflow/v1"
 	"go.temporal.io/api/workflowservice/v1"
+	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"retry-scheduler/message"
+	"retry-scheduler/policy"
 	"retry-scheduler/workflows"
 )
 
@@ -36,6 +39,9 @@ type fakeTemporal struct {
 	wfs     map[string]*workflows.State
 	closed  map[string]bool
 	queries []string
+	// delayed holds the first events of runs still in their start delay: their query fails
+	// as Temporal's does before the first workflow task.
+	delayed map[string][]*historypb.HistoryEvent
 }
 
 func newFake(states ...workflows.State) *fakeTemporal {
@@ -117,8 +123,28 @@ func (f *fakeTemporal) QueryWorkflow(_ context.Context, id, _, _ string, _ ...in
 	if !ok {
 		return nil, serviceerror.NewNotFound("workflow not found")
 	}
+	if f.delayed[id] != nil {
+		return nil, serviceerror.NewWorkflowNotReady("Workflow task is not scheduled yet.")
+	}
 	b, err := json.Marshal(s)
 	return encoded{b}, err
+}
+
+func (f *fakeTemporal) GetWorkflowHistory(_ context.Context, id, _ string, _ bool, _ enumspb.HistoryEventFilterType) client.HistoryEventIterator {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return &events{evs: f.delayed[id]}
+}
+
+// events is a history iterator over a slice.
+type events struct{ evs []*historypb.HistoryEvent }
+
+func (e *events) HasNext() bool { return len(e.evs) > 0 }
+
+func (e *events) Next() (*historypb.HistoryEvent, error) {
+	ev := e.evs[0]
+	e.evs = e.evs[1:]
+	return ev, nil
 }
 
 func (f *fakeTemporal) SignalWorkflow(_ context.Context, id, _, signal string, arg interface{}) error {
@@ -333,4 +359,48 @@ func TestBulkAndReplay(t *testing.T) {
 	code, out = h.do("a", "POST", "/api/dead-letters/purge", `{"dry_run":true}`)
 	require.Equal(t, 200, code, out)
 	assert.EqualValues(t, 0, out["count"])
+}
+
+// A run started with its first delay as the start delay cannot answer a query before its
+// first task; the API reads its state from its start instead, whether the report came in the
+// input (eager mode) or with the start's signal (signal-with-start).
+func TestDelayedRunsShowTheirStateFromTheStart(t *testing.T) {
+	dc := converter.GetDefaultDataConverter()
+	payloads := func(v any) *commonpb.Payloads { p, err := dc.ToPayloads(v); require.NoError(t, err); return p }
+	pol := policy.Policy{Name: "fixed", Backoff: policy.Backoff{Kind: policy.Schedule, Delays: []time.Duration{time.Minute}},
+		Jitter: policy.Jitter{Mode: policy.NoJitter}, MaxRetries: 3, QuietWindow: time.Second}
+	rep := func(id string) message.FailureReport {
+		return message.FailureReport{Message: message.Message{MessageID: id, OriginalQueue: "orders", TenantID: "acme"},
+			Failure: policy.Failure{Reason: "503 from " + id, HTTPStatus: 503}, Policy: pol}
+	}
+	started := func(in workflows.Input) *historypb.HistoryEvent {
+		return &historypb.HistoryEvent{EventId: 1, EventTime: timestamppb.New(t0),
+			Attributes: &historypb.HistoryEvent_WorkflowExecutionStartedEventAttributes{WorkflowExecutionStartedEventAttributes: &historypb.WorkflowExecutionStartedEventAttributes{
+				Input: payloads(in)}}}
+	}
+	inInput, signalled := rep("in-input"), rep("signalled")
+	h := newHarness(t, item("orders", "in-input", workflows.StatusScheduled, t0.Add(time.Minute), "acme"),
+		item("orders", "signalled", workflows.StatusScheduled, t0.Add(time.Minute), "acme"))
+	h.fake.delayed = map[string][]*historypb.HistoryEvent{
+		"retry/orders/in-input": {started(workflows.Input{Report: &inInput, StartDelay: time.Minute})},
+		"retry/orders/signalled": {started(workflows.Input{StartDelay: time.Minute}),
+			{EventId: 2, EventTime: timestamppb.New(t0), Attributes: &historypb.HistoryEvent_WorkflowExecutionSignaledEventAttributes{
+				WorkflowExecutionSignaledEventAttributes: &historypb.WorkflowExecutionSignaledEventAttributes{
+					SignalName: workflows.SignalFailureReport, Input: payloads(signalled)}}}},
+	}
+	for _, id := range []string{"in-input", "signalled"} {
+		code, out := h.do("acme", "GET", "/api/messages/retry/orders/"+id, "")
+		require.Equal(t, 200, code, out)
+		st := out["state"].(map[string]any)
+		assert.Equal(t, "scheduled", st["status"], id)
+		assert.Equal(t, t0.Add(time.Minute).Format(time.RFC3339), st["next_retry_at"], id)
+		assert.Equal(t, "503 from "+id, st["attempts"].([]any)[0].(map[string]any)["error"], id)
+	}
+	code, out := h.do("v", "GET", "/api/retry-queue", "")
+	require.Equal(t, 200, code, out)
+	for _, it := range out["items"].([]any) {
+		row := it.(map[string]any)
+		assert.Nil(t, row["detail_error"], row["id"])
+		assert.Equal(t, "503 from "+row["message_id"].(string), row["last_error"])
+	}
 }

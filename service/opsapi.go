@@ -7,6 +7,8 @@ import (
 	"os"
 	"time"
 
+	"go.temporal.io/sdk/converter"
+
 	"retry-scheduler/config"
 	"retry-scheduler/ops"
 )
@@ -50,15 +52,16 @@ func opsAuth(cfg config.Config, logger *slog.Logger) (*ops.Auth, error) {
 }
 
 // mountOpsAPI adds the operators' API and web page to mux.
-func mountOpsAPI(mux *http.ServeMux, cfg config.Config, tc ops.Temporal, auth *ops.Auth, logger *slog.Logger) error {
+func mountOpsAPI(mux *http.ServeMux, cfg config.Config, tc ops.Temporal, dc converter.DataConverter, auth *ops.Auth, logger *slog.Logger) error {
 	api, err := ops.NewAPI(ops.APIConfig{
-		Client:     tc,
-		Auth:       auth,
-		Namespace:  cfg.Namespace,
-		TaskQueue:  cfg.TaskQueue,
-		ReplayRate: float64(cfg.ReplayRate),
-		ActionWait: 5 * time.Second,
-		Logger:     logger,
+		Client:        tc,
+		DataConverter: dc,
+		Auth:          auth,
+		Namespace:     cfg.Namespace,
+		TaskQueue:     cfg.TaskQueue,
+		ReplayRate:    float64(cfg.ReplayRate),
+		ActionWait:    5 * time.Second,
+		Logger:        logger,
 	})
 	if err != nil {
 		return err

@@ -83,7 +83,7 @@ func Run(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 	runBridge := cfg.Mode == "all" || cfg.Mode == "bridge"
 	if runWorker {
 		acts := &activities.Activities{Publisher: pub, History: history{client: tc, namespace: cfg.Namespace}, Logger: logger.With("component", "activities"), Metrics: activities.NewMetrics(reg)}
-		w := worker.New(tc, worker.Options{TaskQueue: cfg.TaskQueue, StopTimeout: cfg.WorkerStopTimeout}, acts)
+		w := worker.New(tc, worker.Options{TaskQueue: cfg.TaskQueue, StopTimeout: cfg.WorkerStopTimeout, WorkflowPollers: cfg.WorkflowPollers}, acts)
 		if err := w.Start(); err != nil {
 			return fmt.Errorf("start worker: %w", err)
 		}
@@ -126,7 +126,7 @@ func Run(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 
 	mux := ops.Handler(reg, checks)
 	if runOps {
-		if err := mountOpsAPI(mux, cfg, tc, auth, logger.With("component", "ops")); err != nil {
+		if err := mountOpsAPI(mux, cfg, tc, topts.DataConverter, auth, logger.With("component", "ops")); err != nil {
 			return err
 		}
 	}

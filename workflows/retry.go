@@ -42,7 +42,7 @@ var (
 // waits a quiet window for the next failure, and dead-letters the message when retrying
 // cannot help, then parks it for an operator until the retention ends.
 func RetryWorkflow(ctx workflow.Context, in Input) (Result, error) {
-	r := &run{ctx: ctx, retention: in.Retention}
+	r := &run{ctx: ctx, retention: in.Retention, delayedStart: in.StartDelay > 0}
 	if r.retention <= 0 {
 		r.retention = DefaultRetention
 	}
@@ -59,6 +59,7 @@ func RetryWorkflow(ctx workflow.Context, in Input) (Result, error) {
 		first = &rep
 	}
 	r.begin(*first)
+	r.delayedStart = false
 	for !r.state.Status.Terminal() {
 		if err := r.step(); err != nil {
 			return Result{}, err
@@ -78,6 +79,10 @@ type run struct {
 	reports, retryNow, skip, resolve, discard workflow.ReceiveChannel
 	// lastKey is the key of the most recent republish: a report that names another key is stale.
 	lastKey string
+	// delayedStart is set while the first report of a run started with a start delay is taken
+	// (Input.StartDelay): it was accepted at the run's start, and the start set the search
+	// attributes of the scheduled retry.
+	delayedStart bool
 }
 
 func (r *run) setup() error {
@@ -101,25 +106,15 @@ func (r *run) awaitFirstReport() (message.FailureReport, bool) {
 // begin takes the run's first report: it fixes the message, policy and count.
 func (r *run) begin(rep message.FailureReport) {
 	now := workflow.Now(r.ctx)
-	s := &r.state
-	s.Message = rep.Message
-	s.Policy = rep.Policy
-	s.DeadLetterQueue = rep.DeadLetterQueue
-	s.MaxRetries = rep.MaxRetries
-	s.TenantID = rep.Message.TenantID
-	s.Service, s.ServiceVersion = rep.Service, rep.ServiceVersion
-	s.FirstFailureAt = now
-	// A run for a message whose earlier run ended continues the count it is given, so max
-	// attempts cannot be evaded by outliving a run.
-	s.RetryCount = rep.RetryCount
-	s.Sequence = rep.RetryCount
-	for _, n := range rep.Notes {
-		r.event("note", "", n)
+	if r.delayedStart {
+		// The first task runs when the delay is over; the failure was reported at the start.
+		now = workflow.GetInfo(r.ctx).WorkflowStartTime
 	}
+	r.state.begin(rep, now)
 	if rep.RetryCount > 0 {
 		r.takePriorAttempts()
 	}
-	r.failed(rep)
+	r.failed(rep, now)
 }
 
 // changePriorAttempts versions the look-up of an earlier run's attempts (SPEC §4, §1: a
@@ -174,18 +169,52 @@ func (r *run) step() error {
 	return nil
 }
 
-// failed applies one accepted failure report: record it, then retry or go to dead.
-func (r *run) failed(rep message.FailureReport) {
-	now := workflow.Now(r.ctx)
+// failed applies one failure report accepted at now: record it, then retry or go to dead.
+// FirstDecision must stay the same decision for a run's first report.
+func (r *run) failed(rep message.FailureReport, now time.Time) {
 	s := &r.state
+	d := s.record(rep, now)
+	if !d.Retry {
+		r.toDead(d.Cause, d.Reason)
+		return
+	}
+	r.count(MetricRetriesScheduled)
+	workflow.GetLogger(r.ctx).Info("retry scheduled",
+		"message_id", s.Message.MessageID, "attempt", d.Attempt, "next_retry_at", s.NextRetryAt,
+		"category", d.Category, "outcome", "scheduled")
+	if !r.delayedStart { // else the start set these search attributes
+		r.upsert()
+	}
+}
+
+// begin fixes the message, policy and count from a run's first report, accepted at now.
+func (s *State) begin(rep message.FailureReport, now time.Time) {
+	s.Message = rep.Message
+	s.Policy = rep.Policy
+	s.DeadLetterQueue = rep.DeadLetterQueue
+	s.MaxRetries = rep.MaxRetries
+	s.TenantID = rep.Message.TenantID
+	s.Service, s.ServiceVersion = rep.Service, rep.ServiceVersion
+	s.FirstFailureAt = now
+	// A run for a message whose earlier run ended continues the count it is given, so max
+	// attempts cannot be evaded by outliving a run.
+	s.RetryCount = rep.RetryCount
+	s.Sequence = rep.RetryCount
+	for _, n := range rep.Notes {
+		s.Events = append(s.Events, Event{At: now, Kind: "note", Detail: n})
+	}
+}
+
+// record applies failure report rep, accepted at now, to s: the attempt and the policy's
+// decision, which it returns. A decision to retry schedules it; the caller applies one to stop.
+func (s *State) record(rep message.FailureReport, now time.Time) policy.Decision {
 	if rep.RetryCount > s.RetryCount {
 		s.RetryCount = rep.RetryCount
 	}
 	if rep.RetryCount > s.Sequence && s.Resets == 0 {
 		s.Sequence = rep.RetryCount
 	}
-	u := policy.JitterFraction(s.WorkflowID+"#"+strconv.Itoa(s.Resets), s.RetryCount+1)
-	d := policy.Decide(s.Policy, rep.Failure, s.RetryCount, s.MaxRetries, now.Sub(s.FirstFailureAt), u)
+	d := decide(s, rep, now)
 	s.Category = string(d.Category)
 	s.LastFailureAt = now
 	s.Attempts = append(s.Attempts, message.Attempt{
@@ -196,17 +225,27 @@ func (r *run) failed(rep message.FailureReport) {
 		HTTPStatus: rep.Failure.HTTPStatus,
 		Category:   string(d.Category),
 	})
-	if !d.Retry {
-		r.toDead(d.Cause, d.Reason)
-		return
+	if d.Retry {
+		s.NextRetryAt = now.Add(d.Delay)
+		s.Status = StatusScheduled
 	}
-	s.NextRetryAt = now.Add(d.Delay)
-	s.Status = StatusScheduled
-	r.count(MetricRetriesScheduled)
-	workflow.GetLogger(r.ctx).Info("retry scheduled",
-		"message_id", s.Message.MessageID, "attempt", d.Attempt, "next_retry_at", s.NextRetryAt,
-		"category", d.Category, "outcome", "scheduled")
-	r.upsert()
+	return d
+}
+
+// DelayedState is the state of a run started with its first delay as the start delay
+// (Input.StartDelay) before its first workflow task: there is nothing to query yet, but the
+// run's start holds all it will know (its input, or the report signalled with the start).
+func DelayedState(id string, rep message.FailureReport, startedAt time.Time) State {
+	s := State{WorkflowID: id}
+	s.begin(rep, startedAt)
+	s.record(rep, startedAt)
+	return s
+}
+
+// decide is the policy's decision on failure report rep of the message in state s, at now.
+func decide(s *State, rep message.FailureReport, now time.Time) policy.Decision {
+	u := policy.JitterFraction(s.WorkflowID+"#"+strconv.Itoa(s.Resets), s.RetryCount+1)
+	return policy.Decide(s.Policy, rep.Failure, s.RetryCount, s.MaxRetries, now.Sub(s.FirstFailureAt), u)
 }
 
 func (r *run) waitScheduled() {
@@ -421,7 +460,7 @@ func (r *run) report(rep message.FailureReport) {
 			"outcome", "duplicate")
 		return
 	}
-	r.failed(rep)
+	r.failed(rep, workflow.Now(r.ctx))
 }
 
 // changeReportsWithQuietTimer versions the fix below for running workflows (SPEC §4).
@@ -506,7 +545,13 @@ func (r *run) event(kind, actor, detail string) {
 // upsert keeps the search attributes current; the Web UI and `temporal workflow list
 // --query` read them.
 func (r *run) upsert() {
-	s := &r.state
+	if err := workflow.UpsertTypedSearchAttributes(r.ctx, searchAttributeUpdates(&r.state)...); err != nil {
+		workflow.GetLogger(r.ctx).Warn("upsert search attributes", "error", err)
+	}
+}
+
+// searchAttributeUpdates are the search attributes of state s.
+func searchAttributeUpdates(s *State) []temporal.SearchAttributeUpdate {
 	updates := []temporal.SearchAttributeUpdate{
 		SAStatus.ValueSet(string(s.Status)),
 		SAOriginalQueue.ValueSet(s.Message.OriginalQueue),
@@ -527,7 +572,5 @@ func (r *run) upsert() {
 	} else {
 		updates = append(updates, SADeadAt.ValueSet(s.DeadAt))
 	}
-	if err := workflow.UpsertTypedSearchAttributes(r.ctx, updates...); err != nil {
-		workflow.GetLogger(r.ctx).Warn("upsert search attributes", "error", err)
-	}
+	return updates
 }

@@ -13,6 +13,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/require"
 	"github.com/stretchr/testify/suite"
+	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/log"
 	"go.temporal.io/sdk/testsuite"
 	"go.temporal.io/sdk/workflow"
@@ -478,4 +479,59 @@ func (s *retrySuite) TestFirstReportBySignalWithStart() {
 
 func TestRetryKey(t *testing.T) {
 	require.Equal(t, "m:3", RetryKey("m", 3))
+}
+
+// jitteredPolicy spreads its delays, so that a decision depends on the workflow ID.
+func jitteredPolicy() policy.Policy {
+	p := fixedPolicy(3)
+	p.Backoff = policy.Backoff{Kind: policy.Exponential, Initial: 10 * time.Second, Multiplier: 2, Max: time.Minute}
+	p.Jitter = policy.Jitter{Mode: policy.Proportional, Fraction: 0.2}
+	return p
+}
+
+// The reporter starts a run with the first delay it computes (FirstDelay); the run must
+// come to the same delay, or the retry fires at the start delay but is recorded otherwise.
+func (s *retrySuite) TestFirstDelayIsTheRunsFirstDecision() {
+	id := WorkflowID(testQueue, testID)
+	s.env.SetStartWorkflowOptions(client.StartWorkflowOptions{ID: id})
+	rep := report(jitteredPolicy(), 0, transient)
+	d, ok := FirstDelay(id, rep)
+	s.Require().True(ok)
+	var scheduled State
+	s.queryAt(time.Second, &scheduled)
+	s.start(rep)
+
+	s.Equal(StatusDelivered, s.result().Status)
+	s.NotEqual(10*time.Second, d.Delay, "the jitter should move the delay")
+	s.Equal(d.Delay, scheduled.NextRetryAt.Sub(scheduled.FirstFailureAt))
+	s.Equal(string(d.Category), scheduled.Category)
+}
+
+func (s *retrySuite) TestFirstDelayOnlyForANewCountThatRetries() {
+	id := WorkflowID(testQueue, testID)
+	_, ok := FirstDelay(id, report(fixedPolicy(3), 1, transient))
+	s.False(ok, "a continued count looks up the earlier run first")
+	_, ok = FirstDelay(id, report(fixedPolicy(3), 0, policy.Failure{Category: "permanent", Reason: "bad schema"}))
+	s.False(ok, "a failure that goes to dead has no delay")
+	_, ok = FirstDelay(id, report(fixedPolicy(0), 0, transient))
+	s.False(ok, "no retries allowed")
+}
+
+// A run started with its first delay as the start delay takes its report as accepted at the
+// start: the retry is due start + delay, whenever the first task runs (here at once, as when
+// a signal ends the delay early; the timer covers the rest).
+func (s *retrySuite) TestDelayedStartRetriesAtStartPlusDelay() {
+	first := report(fixedPolicy(3), 0, transient)
+	var scheduled, after State
+	s.queryAt(9*time.Second, &scheduled)
+	s.queryAt(11*time.Second, &after)
+	s.env.ExecuteWorkflow(RetryWorkflowName, Input{Report: &first, Retention: time.Hour, StartDelay: 10 * time.Second})
+
+	s.Equal(StatusDelivered, s.result().Status)
+	s.Equal(StatusScheduled, scheduled.Status)
+	s.Equal(scheduled.FirstFailureAt.Add(10*time.Second), scheduled.NextRetryAt)
+	s.Equal(StatusAwaitingOutcome, after.Status)
+	s.Require().Len(after.Attempts, 1)
+	s.Equal(scheduled.FirstFailureAt, after.Attempts[0].Timestamp)
+	s.Len(s.pub.to(testQueue), 1)
 }

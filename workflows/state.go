@@ -49,6 +49,10 @@ type Input struct {
 	// Retention is how long a dead message waits for an operator before it closes as expired.
 	// Defaults to DefaultRetention.
 	Retention time.Duration `json:"retention,omitempty"`
+	// StartDelay is the first retry's delay when the reporter started the run with it as the
+	// workflow's start delay (so the first workflow task is the republish): the report was
+	// accepted at the run's start time, and the search attributes were set by the start.
+	StartDelay time.Duration `json:"start_delay,omitempty"`
 }
 
 // Result is how a RetryWorkflow ended.
