@@ -100,6 +100,11 @@ type Config struct {
 	// PublishTimeout bounds one publish and its confirm. Env PUBLISH_TIMEOUT, flag
 	// -publish-timeout (durations, e.g. 10s). Defaults to 10s.
 	PublishTimeout time.Duration
+	// StartDelayMax is the longest first retry delay a new message's workflow waits as its
+	// start delay (one workflow task fewer per retry) rather than as a timer: signals do not
+	// end a start delay, so operators cannot act on the message before it. Env
+	// START_DELAY_MAX, flag -start-delay-max. Defaults to 10s; 0 never delays a start.
+	StartDelayMax time.Duration
 	// WorkerStopTimeout is how long a stopping worker lets activities finish; it must
 	// exceed PublishTimeout. Env WORKER_STOP_TIMEOUT, flag -worker-stop-timeout.
 	// Defaults to 30s.
@@ -201,6 +206,7 @@ func Default() Config {
 		WorkflowPollers:   4,
 		PublishTimeout:    10 * time.Second,
 		WorkerStopTimeout: 30 * time.Second,
+		StartDelayMax:     10 * time.Second,
 		Retention:         720 * time.Hour,
 		ServiceName:       "retry-scheduler",
 		ServiceVersion:    "dev",
@@ -339,6 +345,8 @@ var settings = func() []setting {
 	add("BRIDGE_WORKERS", "bridge-workers", "deliveries the bridge handles at once", iset, ishow)
 	dset, dshow := duration(func(c *Config) *time.Duration { return &c.PublishTimeout })
 	add("PUBLISH_TIMEOUT", "publish-timeout", "deadline of one publish and its confirm", dset, dshow)
+	dset, dshow = duration(func(c *Config) *time.Duration { return &c.StartDelayMax })
+	add("START_DELAY_MAX", "start-delay-max", "longest first retry delay waited as the workflow's start delay (0: never)", dset, dshow)
 	dset, dshow = duration(func(c *Config) *time.Duration { return &c.WorkerStopTimeout })
 	add("WORKER_STOP_TIMEOUT", "worker-stop-timeout", "grace for activities when a worker stops (> PUBLISH_TIMEOUT)", dset, dshow)
 	dset, dshow = duration(func(c *Config) *time.Duration { return &c.Retention })
@@ -517,6 +525,9 @@ func (c Config) Validate() error {
 	}
 	if c.PublishTimeout <= 0 {
 		bad("PUBLISH_TIMEOUT (%s) must be above 0", c.PublishTimeout)
+	}
+	if c.StartDelayMax < 0 {
+		bad("START_DELAY_MAX (%s) must not be negative", c.StartDelayMax)
 	}
 	if c.WorkerStopTimeout <= c.PublishTimeout {
 		bad("WORKER_STOP_TIMEOUT (%s) must be above PUBLISH_TIMEOUT (%s)", c.WorkerStopTimeout, c.PublishTimeout)

@@ -13,6 +13,7 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/require"
+	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/log"
 
 	"retry-scheduler/message"
@@ -205,16 +206,19 @@ func TestWorkerKilledWhileRetryWaits(t *testing.T) {
 	w1 := s.startWorker(t, bin)
 	s.publishRetry(message.RetryMessage{MessageID: "m-6", OriginalPayload: []byte("durable"), OriginalQueue: orders, ErrorReason: "503"})
 	id := workflows.WorkflowID(orders, "m-6")
+	// The 4 s first delay is waited as the workflow's start delay (START_DELAY_MAX): the
+	// search attributes say scheduled from the start, and the state query has nothing to
+	// answer with until the first task.
 	eventually(t, 20*time.Second, func() error {
-		st, err := s.state(id)
-		if err != nil {
-			return err
-		}
-		if st.Status != workflows.StatusScheduled {
-			return fmt.Errorf("status %s", st.Status)
+		if st := s.retryStatus(id); st != workflows.StatusScheduled {
+			return fmt.Errorf("RetryStatus %q", st)
 		}
 		return nil
 	})
+	if _, err := s.state(id); err != nil {
+		var notReady *serviceerror.WorkflowNotReady
+		require.ErrorAs(t, err, &notReady, "a query during the start delay")
+	}
 	require.NoError(t, w1.Process.Kill()) // SIGKILL
 	_ = w1.Wait()
 

@@ -23,6 +23,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/converter"
 	"google.golang.org/protobuf/encoding/protojson"
 
 	historypb "go.temporal.io/api/history/v1"
@@ -220,6 +221,22 @@ func (s *stack) state(id string) (workflows.State, error) {
 	}
 	var st workflows.State
 	return st, v.Get(&st)
+}
+
+// retryStatus is the workflow's RetryStatus search attribute, "" when it has none (or the
+// workflow cannot be described).
+func (s *stack) retryStatus(id string) workflows.Status {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	d, err := s.tc.DescribeWorkflowExecution(ctx, id, "")
+	if err != nil {
+		return ""
+	}
+	var st string
+	if p := d.GetWorkflowExecutionInfo().GetSearchAttributes().GetIndexedFields()[workflows.SAStatus.GetName()]; p != nil {
+		_ = converter.GetDefaultDataConverter().FromPayload(p, &st)
+	}
+	return workflows.Status(st)
 }
 
 // recordHistory writes the workflow's history to $RECORD_HISTORIES/<name>.json for the replay

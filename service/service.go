@@ -96,7 +96,7 @@ func Run(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 		if err != nil {
 			return err
 		}
-		rep := &workflows.Reporter{Client: tc, TaskQueue: cfg.TaskQueue, Retention: cfg.Retention, Eager: runWorker}
+		rep := &workflows.Reporter{Client: tc, TaskQueue: cfg.TaskQueue, Retention: cfg.Retention, Eager: runWorker, MaxStartDelay: cfg.StartDelayMax}
 		b := bridge.New(bridge.Config{
 			Queue:           cfg.RetryQueue,
 			DeadLetterQueue: cfg.ManualReviewQueue,

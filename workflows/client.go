@@ -36,6 +36,10 @@ type Reporter struct {
 	// workflow task is handed to it in the start response (measured here: p99 lateness
 	// 2.4 s → 0.15 s at 50/s, SPEC §9). Without it, signal-with-start is one call.
 	Eager bool
+	// MaxStartDelay is the longest first delay waited as the workflow's start delay (see
+	// Report); 0 never delays a start. Signals do not end a start delay (Temporal), so an
+	// operator's retry-now or skip waits for it: keep it short.
+	MaxStartDelay time.Duration
 }
 
 // Report delivers r to its workflow. A nil error means Temporal durably accepted it, so the
@@ -47,7 +51,7 @@ func (p *Reporter) Report(ctx context.Context, r message.FailureReport) error {
 		TaskQueue: p.TaskQueue,
 	}
 	in := Input{Retention: p.Retention}
-	if d, ok := FirstDelay(id, r); ok {
+	if d, ok := FirstDelay(id, r); ok && d.Delay <= p.MaxStartDelay {
 		// A new run's first retry waits as the start delay: its first workflow task is the
 		// republish, one task and one timer fewer per retry than a timer in the first task
 		// (measured by `make bench`). The start sets the search attributes that task would have.
