@@ -51,7 +51,7 @@ func TestRetryMessageIsRepublishedAfterDelay(t *testing.T) {
 
 	id := workflows.WorkflowID(orders, "m-1")
 	require.Equal(t, workflows.StatusDelivered, s.workflowResult(id, 30*time.Second).Status)
-	s.recordHistory(id, "delivered")
+	s.recordHistory(id, "delivered-start-delay")
 }
 
 // 2. A consumer that keeps failing: exactly max republishes, then one envelope with every attempt.
@@ -106,7 +106,7 @@ func TestFailingConsumerExhaustsThenDeadLetters(t *testing.T) {
 	st, err := s.state(id)
 	require.NoError(t, err)
 	require.Equal(t, workflows.StatusDead, st.Status)
-	s.recordHistory(id, "exhausted-dead")
+	s.recordHistory(id, "exhausted-dead-start-delay")
 }
 
 // 3. Dead-letter adoption: a rejected message comes back after the delay, headers intact.
@@ -227,6 +227,7 @@ func TestWorkerKilledWhileRetryWaits(t *testing.T) {
 	require.Equal(t, []byte("durable"), d.Body)
 	require.EqualValues(t, 1, d.Headers["x-retry-count"])
 	require.Equal(t, workflows.StatusDelivered, s.workflowResult(id, 60*time.Second).Status)
+	s.recordHistory(id, "delivered-signal-with-start-delay")
 }
 
 // 7. Every broker connection force-closed during a run of 500 messages: every one
@@ -343,4 +344,5 @@ func TestLateReportNewRunKeepsTheWholeStory(t *testing.T) {
 		require.Equal(t, i+1, a.Attempt)
 		require.Equal(t, fmt.Sprintf("fail #%d", i+1), a.Error)
 	}
+	s.recordHistory(id, "late-report-continues-earlier-run")
 }
