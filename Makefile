@@ -171,7 +171,7 @@ lint: $(WORKFLOWCHECK) ## go vet, gofmt, workflowcheck ./workflows/..., docker c
 demo: ## Inject demo traffic with the starter (run `make run` in another terminal first)
 	$(GO) run ./starter demo
 
-bench: $(TEMPORAL_CLI) rabbitmq ## Benchmark: ceiling, ladder, sustained, burst (~10 min; flags in BENCH_FLAGS, see bench/README.md)
+bench: $(TEMPORAL_CLI) rabbitmq ## Benchmark: ceiling, ladder, sustained, burst (10–20 min; flags in BENCH_FLAGS, see bench/README.md)
 	$(GO) run ./bench $(BENCH_FLAGS)
 
 # Built, not `go run`, so that a SIGTERM reaches the soak, which then stops its processes

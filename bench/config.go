@@ -104,7 +104,7 @@ func parseConfig(args []string, stderr io.Writer) (options, error) {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	phases := fs.String("phases", strings.Join(allPhases, ","), "phases to run, comma-separated: "+strings.Join(allPhases, ","))
-	steps := fs.String("steps", "10,20,30,40,50,60,75,100,125,150,200", "rates (/s) of the ceiling and ladder steps, rising")
+	steps := fs.String("steps", "10,20,25,30,35,40,50,60,75,100,125,150,200", "rates (/s) of the ceiling and ladder steps, rising")
 	fs.DurationVar(&c.StepDuration, "step-duration", 20*time.Second, "load time of each ceiling/ladder step (when not given: the smaller of 20s and -duration)")
 	fs.IntVar(&c.Rate, "rate", 50, "sustained: failed messages per second")
 	fs.DurationVar(&c.Duration, "duration", 120*time.Second, "sustained: how long to publish")
