@@ -99,6 +99,11 @@ func (r *run) setup() error {
 
 func (r *run) awaitFirstReport() (message.FailureReport, bool) {
 	var rep message.FailureReport
+	if r.delayedStart && r.reports.ReceiveAsync(&rep) {
+		// Signal-with-start with a start delay: the report came with the start, so the first
+		// task has it, and a timeout timer would only be one more timer task per retry.
+		return rep, true
+	}
 	ok, _ := r.reports.ReceiveWithTimeout(r.ctx, firstReportTimeout, &rep)
 	return rep, ok
 }
