@@ -55,9 +55,15 @@ policies:
     backoff: {type: schedule, delays: [4s]}
     max_retries: 3
     quiet_window: 2s
+  e2e-wait:
+    backoff: {type: schedule, delays: [8s]}
+    max_retries: 3
+    quiet_window: 2s
 routes:
   - queue: "e2e-*.slow*"
     policy: e2e-slow
+  - queue: "e2e-*.wait*"
+    policy: e2e-wait
   - queue: "e2e-*"
     policy: e2e-fast
 `

@@ -333,3 +333,45 @@ func TestOpsAPI(t *testing.T) {
 		}
 	})
 }
+
+// A new message whose first delay is short waits it as the workflow's start delay: the run
+// has had no task, so Temporal refuses the state query, and the API reads the state from the
+// run's start instead. Operators see it like any other scheduled retry.
+func TestOpsAPIShowsARetryInItsStartDelay(t *testing.T) {
+	s := newStack(t)
+	api := s.runWithOps()
+	q := s.queue(s.prefix+".waiting", nil) // routed to the 8 s policy
+	c := s.consume(q, nil)
+	sent := time.Now()
+	s.publishRetry(message.RetryMessage{MessageID: "w-1", OriginalPayload: []byte("p"), OriginalQueue: q,
+		ErrorReason: "503 from payments", HTTPStatus: 503, ErrorCategory: "transient"})
+	id := workflows.WorkflowID(q, "w-1")
+
+	out := api.waitTotal(viewerToken, "/api/retry-queue?queue="+url.QueryEscape(q), 1)
+	require.Less(t, time.Since(sent), 8*time.Second, "listed within the delay")
+	row := out["items"].([]any)[0].(map[string]any)
+	assert.Equal(t, "scheduled", row["status"])
+	assert.Equal(t, "503 from payments", row["last_error"], "read from the run's start")
+	assert.Nil(t, row["detail_error"])
+
+	msg := api.must(200, viewerToken, "GET", msgPath(id), nil)
+	require.Less(t, time.Since(sent), 8*time.Second, "read within the delay")
+	st := msg["state"].(map[string]any)
+	assert.Equal(t, "scheduled", st["status"])
+	first, err := time.Parse(time.RFC3339Nano, st["first_failure_at"].(string))
+	require.NoError(t, err)
+	next, err := time.Parse(time.RFC3339Nano, st["next_retry_at"].(string))
+	require.NoError(t, err)
+	assert.Equal(t, 8*time.Second, next.Sub(first))
+	assert.Equal(t, "503 from payments", st["attempts"].([]any)[0].(map[string]any)["error"])
+	assert.NotNil(t, msg["workflow"].(map[string]any)["start_delay_until"])
+	// Temporal would hold a signal until the delay ends (and a skip would come after the
+	// republish): the API refuses, saying why.
+	refused := api.must(409, opToken, "POST", msgPath(id)+"/skip", map[string]string{"reason": "not today"})
+	assert.Contains(t, refused["error"], "start delay")
+	require.Less(t, time.Since(sent), 8*time.Second, "all of it within the delay")
+
+	d := c.next(t, 30*time.Second)
+	require.GreaterOrEqual(t, time.Since(sent), 8*time.Second, "republished at the end of the delay, not before")
+	require.EqualValues(t, 1, d.Headers["x-retry-count"])
+}

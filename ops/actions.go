@@ -75,6 +75,13 @@ func (a *API) apply(ctx context.Context, p Principal, act action, id, reason str
 		return l.state, &apiError{Status: http.StatusConflict, Current: cur,
 			Msg: fmt.Sprintf("message %q is %s (its workflow is %s): %s is allowed only while %s", id, cur, l.wf.Status, act.Name, statusList(act.Allowed))}
 	}
+	if a.inStartDelay(l.wf.StartDelayUntil) {
+		// Temporal does not end a start delay on a signal: it would wait, and a skip would
+		// then come after the republish.
+		return l.state, &apiError{Status: http.StatusConflict, Current: cur,
+			Msg: fmt.Sprintf("message %q waits its first retry as its workflow's start delay, until %s: Temporal applies no signal before then; %s is possible after it",
+				id, l.wf.StartDelayUntil.Format(time.RFC3339), act.Name)}
+	}
 	if !allowed(act.Allowed, cur) {
 		return l.state, &apiError{Status: http.StatusConflict, Current: cur,
 			Msg: fmt.Sprintf("message %q is %s: %s is allowed only while %s", id, cur, act.Name, statusList(act.Allowed))}
@@ -99,7 +106,7 @@ func (a *API) apply(ctx context.Context, p Principal, act action, id, reason str
 func (a *API) awaitApplied(ctx context.Context, id string, act action, actor string, before int) (st workflows.State, applied bool, refused string, err error) {
 	deadline := time.Now().Add(a.cfg.ActionWait)
 	for {
-		st, err = a.state(ctx, id)
+		st, err = a.state(ctx, id, nil) // apply refuses a run in its start delay
 		if err != nil {
 			return st, false, "", err
 		}

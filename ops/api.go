@@ -193,6 +193,9 @@ type Item struct {
 	NextRetryAt *time.Time `json:"next_retry_at,omitempty"`
 	DeadAt      *time.Time `json:"dead_at,omitempty"`
 	StartedAt   time.Time  `json:"started_at"`
+	// StartDelayUntil is set while the run waits its first retry as its start delay: it has
+	// had no workflow task yet, and operator actions are refused until then.
+	StartDelayUntil *time.Time `json:"start_delay_until,omitempty"`
 
 	// From the state query (absent when it failed: DetailError says why).
 	MaxRetries     int        `json:"max_retries,omitempty"`
@@ -342,7 +345,8 @@ func (a *API) scan(ctx context.Context, query string) ([]Item, bool, error) {
 
 // itemOf reads a list row from an execution's search attributes.
 func itemOf(e *workflowpb.WorkflowExecutionInfo) Item {
-	it := Item{ID: e.GetExecution().GetWorkflowId(), StartedAt: e.GetStartTime().AsTime()}
+	it := Item{ID: e.GetExecution().GetWorkflowId(), StartedAt: e.GetStartTime().AsTime(),
+		StartDelayUntil: startDelayUntil(e)}
 	fields := e.GetSearchAttributes().GetIndexedFields()
 	dc := converter.GetDefaultDataConverter()
 	str := func(name string) string {
@@ -388,7 +392,7 @@ func (a *API) enrich(ctx context.Context, items []Item) {
 		g.Go(func() error {
 			qctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 			defer cancel()
-			st, err := a.state(qctx, it.ID)
+			st, err := a.state(qctx, it.ID, it.StartDelayUntil)
 			if err != nil {
 				it.DetailError = err.Error()
 				return nil
@@ -420,7 +424,13 @@ func maxRetries(st workflows.State) int {
 	return st.Policy.MaxRetries
 }
 
-func (a *API) state(ctx context.Context, id string) (workflows.State, error) {
+// state reads id's state with the state query; a run still in its start delay has no task
+// to answer it with (the query would wait for the delay to end), so its state is read from
+// its start instead.
+func (a *API) state(ctx context.Context, id string, startDelayUntil *time.Time) (workflows.State, error) {
+	if a.inStartDelay(startDelayUntil) {
+		return a.delayedState(ctx, id)
+	}
 	v, err := a.cfg.Client.QueryWorkflow(ctx, id, "", workflows.QueryState)
 	var notReady *serviceerror.WorkflowNotReady
 	if errors.As(err, &notReady) {
@@ -444,6 +454,8 @@ type WorkflowInfo struct {
 	StartedAt time.Time  `json:"started_at"`
 	ClosedAt  *time.Time `json:"closed_at,omitempty"`
 	TaskQueue string     `json:"task_queue"`
+	// StartDelayUntil: see Item.
+	StartDelayUntil *time.Time `json:"start_delay_until,omitempty"`
 }
 
 // MessageResponse is one item: its workflow and its whole state.
@@ -481,17 +493,33 @@ func (a *API) describe(ctx context.Context, id string) (WorkflowInfo, error) {
 		return WorkflowInfo{}, errorf(http.StatusNotFound, "no message with id %q", id)
 	}
 	wf := WorkflowInfo{
-		RunID:     info.GetExecution().GetRunId(),
-		Status:    statusName(info.GetStatus()),
-		Running:   info.GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING,
-		StartedAt: info.GetStartTime().AsTime(),
-		TaskQueue: info.GetTaskQueue(),
+		RunID:           info.GetExecution().GetRunId(),
+		Status:          statusName(info.GetStatus()),
+		Running:         info.GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING,
+		StartedAt:       info.GetStartTime().AsTime(),
+		TaskQueue:       info.GetTaskQueue(),
+		StartDelayUntil: startDelayUntil(info),
 	}
 	if info.GetCloseTime() != nil {
 		t := info.GetCloseTime().AsTime()
 		wf.ClosedAt = &t
 	}
 	return wf, nil
+}
+
+// startDelayUntil is when a run started with a start delay has its first workflow task
+// (Temporal's execution time), nil for a run started without one.
+func startDelayUntil(info *workflowpb.WorkflowExecutionInfo) *time.Time {
+	if info.GetExecutionTime() == nil || !info.GetExecutionTime().AsTime().After(info.GetStartTime().AsTime()) {
+		return nil
+	}
+	t := info.GetExecutionTime().AsTime().UTC()
+	return &t
+}
+
+// inStartDelay says whether a run with this start delay end has had no workflow task yet.
+func (a *API) inStartDelay(until *time.Time) bool {
+	return until != nil && until.After(a.cfg.Now())
 }
 
 func statusName(s enumspb.WorkflowExecutionStatus) string {
@@ -504,7 +532,7 @@ func (a *API) load(ctx context.Context, p Principal, id string) (loaded, error) 
 	if err != nil {
 		return loaded{}, err
 	}
-	st, err := a.state(ctx, id)
+	st, err := a.state(ctx, id, wf.StartDelayUntil)
 	if err != nil {
 		return loaded{}, errorf(http.StatusServiceUnavailable, "cannot read the state of %q: %v", id, err)
 	}
@@ -525,7 +553,7 @@ func (a *API) getMessage(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	resp := MessageResponse{ID: id, Workflow: wf}
-	st, err := a.state(ctx, id)
+	st, err := a.state(ctx, id, wf.StartDelayUntil)
 	if err != nil {
 		if p.Tenant != "" {
 			// The tenant cannot be checked without the state.

@@ -84,6 +84,7 @@ func (f *fakeTemporal) ListWorkflow(_ context.Context, req *workflowservice.List
 		out = append(out, &workflowpb.WorkflowExecutionInfo{
 			Execution:        &commonpb.WorkflowExecution{WorkflowId: id, RunId: "run"},
 			SearchAttributes: &commonpb.SearchAttributes{IndexedFields: fields},
+			StartTime:        timestamppb.New(t0), ExecutionTime: f.executionTime(id),
 		})
 	}
 	return &workflowservice.ListWorkflowExecutionsResponse{Executions: out}, nil
@@ -107,8 +108,17 @@ func (f *fakeTemporal) DescribeWorkflowExecution(_ context.Context, id, _ string
 	return &workflowservice.DescribeWorkflowExecutionResponse{WorkflowExecutionInfo: &workflowpb.WorkflowExecutionInfo{
 		Execution: &commonpb.WorkflowExecution{WorkflowId: id, RunId: "run"},
 		Type:      &commonpb.WorkflowType{Name: workflows.RetryWorkflowName},
-		Status:    st, StartTime: timestamppb.Now(), TaskQueue: "tq",
+		Status:    st, StartTime: timestamppb.New(t0), ExecutionTime: f.executionTime(id), TaskQueue: "tq",
 	}, ExecutionConfig: &workflowpb.WorkflowExecutionConfig{TaskQueue: &taskqueuepb.TaskQueue{Name: "tq"}}}, nil
+}
+
+// executionTime is when the run's first task is due: a minute after the start for a run in
+// its start delay (the API's clock says t0), at the start otherwise.
+func (f *fakeTemporal) executionTime(id string) *timestamppb.Timestamp {
+	if f.delayed[id] != nil {
+		return timestamppb.New(t0.Add(time.Minute))
+	}
+	return timestamppb.New(t0)
 }
 
 type encoded struct{ b []byte }
@@ -395,11 +405,17 @@ func TestDelayedRunsShowTheirStateFromTheStart(t *testing.T) {
 		assert.Equal(t, "scheduled", st["status"], id)
 		assert.Equal(t, t0.Add(time.Minute).Format(time.RFC3339), st["next_retry_at"], id)
 		assert.Equal(t, "503 from "+id, st["attempts"].([]any)[0].(map[string]any)["error"], id)
+		assert.Equal(t, t0.Add(time.Minute).Format(time.RFC3339), out["workflow"].(map[string]any)["start_delay_until"], id)
 	}
-	code, out := h.do("v", "GET", "/api/retry-queue", "")
+	// Temporal would hold a signal until the delay ends: the action is refused, saying so.
+	code, out := h.do("o", "POST", "/api/messages/retry/orders/in-input/skip", `{"reason":"not today"}`)
+	assert.Equal(t, 409, code, out)
+	assert.Contains(t, out["error"], "start delay")
+	code, out = h.do("v", "GET", "/api/retry-queue", "")
 	require.Equal(t, 200, code, out)
 	for _, it := range out["items"].([]any) {
 		row := it.(map[string]any)
+		assert.NotNil(t, row["start_delay_until"], row["id"])
 		assert.Nil(t, row["detail_error"], row["id"])
 		assert.Equal(t, "503 from "+row["message_id"].(string), row["last_error"])
 	}
