@@ -11,6 +11,7 @@ import (
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+	"go.temporal.io/sdk/client"
 
 	"retry-scheduler/broker"
 	"retry-scheduler/devserver"
@@ -198,13 +199,12 @@ func (p *pipeline) run(ctx context.Context, phase string, i int, l load) (step, 
 
 // explain says, for lost messages, what Temporal knows of their workflows.
 func (p *pipeline) explain(ctx context.Context, original, name string, seqs []int) []string {
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	tc, err := p.srv.Dial(ctx)
-	if err != nil {
-		return []string{"cannot ask Temporal: " + err.Error()}
-	}
-	defer tc.Close()
+	return p.ask(ctx, 10*time.Second, func(ctx context.Context, tc client.Client) []string {
+		return describeLost(ctx, tc, original, name, seqs)
+	})
+}
+
+func describeLost(ctx context.Context, tc client.Client, original, name string, seqs []int) []string {
 	var out []string
 	for _, seq := range seqs {
 		id := workflows.WorkflowID(original, name+"-"+strconv.Itoa(seq))
@@ -226,14 +226,22 @@ func (p *pipeline) explain(ctx context.Context, original, name string, seqs []in
 
 // trace lays out the workflow histories of the given messages (see timelines).
 func (p *pipeline) trace(ctx context.Context, original, name string, msgs []traced) []string {
-	ctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	return p.ask(ctx, 20*time.Second, func(ctx context.Context, tc client.Client) []string {
+		return timelines(ctx, tc, original, name, msgs)
+	})
+}
+
+// ask runs f with a client of the step's dev server, within timeout; it says so when the
+// server cannot be reached.
+func (p *pipeline) ask(ctx context.Context, timeout time.Duration, f func(context.Context, client.Client) []string) []string {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	tc, err := p.srv.Dial(ctx)
 	if err != nil {
 		return []string{"cannot ask Temporal: " + err.Error()}
 	}
 	defer tc.Close()
-	return timelines(ctx, tc, original, name, msgs)
+	return f(ctx, tc)
 }
 
 // send publishes message seq of a step as a RetryMessage, with a confirm.
