@@ -92,7 +92,7 @@ type Config struct {
 	// -prefetch. Defaults to 64.
 	Prefetch int
 	// WorkflowPollers is how many workflow-task pollers the worker runs. Env WORKFLOW_POLLERS,
-	// flag -workflow-pollers. Defaults to 4.
+	// flag -workflow-pollers. Defaults to worker.DefaultWorkflowPollers (16).
 	WorkflowPollers int
 	// BridgeWorkers is how many deliveries the bridge handles at once. Env
 	// BRIDGE_WORKERS, flag -bridge-workers. Defaults to 16.
@@ -203,7 +203,7 @@ func Default() Config {
 		MaxMessageBytes:   524288,
 		Prefetch:          64,
 		BridgeWorkers:     16,
-		WorkflowPollers:   4,
+		WorkflowPollers:   16,
 		PublishTimeout:    10 * time.Second,
 		WorkerStopTimeout: 30 * time.Second,
 		StartDelayMax:     10 * time.Second,

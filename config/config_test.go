@@ -39,7 +39,7 @@ func TestDefaults(t *testing.T) {
 		MaxMessageBytes:   524288,
 		Prefetch:          64,
 		BridgeWorkers:     16,
-		WorkflowPollers:   4,
+		WorkflowPollers:   16,
 		StartDelayMax:     10 * time.Second,
 		PublishTimeout:    10 * time.Second,
 		WorkerStopTimeout: 30 * time.Second,

@@ -200,7 +200,27 @@ func (s *Server) Args() []string {
 	for _, sa := range SearchAttributeFlags() {
 		args = append(args, "--search-attribute", sa)
 	}
+	for _, kv := range DynamicConfig {
+		args = append(args, "--dynamic-config-value", kv)
+	}
+	// Later values win in start-dev, so ExtraArgs can override DynamicConfig.
 	return append(args, o.ExtraArgs...)
+}
+
+// DynamicConfig is what the dev server is started with beyond its own defaults. Every write
+// of the dev server goes through one SQLite connection, so what saves a database call per
+// retry is what raises its throughput (measured with `make bench`, bench/README.md Levers):
+//   - one task-queue partition: with the default four, a workflow task lands on a partition
+//     no poller waits on, is written to the backlog and read back, or waits seconds to be
+//     forwarded; one partition matches it to a waiting poller;
+//   - no search-attribute cache read-through: start-dev reads the namespace and the cluster
+//     metadata from the database on every start, upsert and visibility write, so that
+//     attributes added while it runs are seen at once; ours are all created with the
+//     namespace (--search-attribute) before the first call.
+var DynamicConfig = []string{
+	"matching.numTaskqueueReadPartitions=1",
+	"matching.numTaskqueueWritePartitions=1",
+	"system.forceSearchAttributesCacheRefreshOnRead=false",
 }
 
 func (s *Server) start(ctx context.Context) error {

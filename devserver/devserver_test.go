@@ -75,6 +75,8 @@ func TestResolve(t *testing.T) {
 		"--db-filename " + db, "--namespace default",
 		"--sqlite-pragma journal_mode=wal", "--sqlite-pragma synchronous=normal",
 		"--log-level warn", "--search-attribute RetryStatus=Keyword",
+		"--dynamic-config-value matching.numTaskqueueReadPartitions=1",
+		"--dynamic-config-value system.forceSearchAttributesCacheRefreshOnRead=false",
 	} {
 		assert.Contains(t, args, want)
 	}

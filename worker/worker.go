@@ -12,6 +12,12 @@ import (
 	"retry-scheduler/workflows"
 )
 
+// DefaultWorkflowPollers is the worker's workflow-task pollers unless told. A task that finds
+// a poller waiting is handed over at once; one that finds none waits in Temporal's matching
+// (the first task of a delayed start comes through the normal queue). On one task-queue
+// partition, 16 passed 50/s where 4 did not (bench/README.md, Levers).
+const DefaultWorkflowPollers = 16
+
 // Options tune the worker.
 type Options struct {
 	// TaskQueue is polled for workflow tasks. Defaults to workflows.DefaultTaskQueue.
@@ -19,7 +25,7 @@ type Options struct {
 	// StopTimeout lets in-flight publishes finish on shutdown; it must exceed the publish
 	// deadline. Defaults to 30s.
 	StopTimeout time.Duration
-	// WorkflowPollers is the number of workflow task pollers. Defaults to 4.
+	// WorkflowPollers is the number of workflow task pollers. Defaults to DefaultWorkflowPollers.
 	WorkflowPollers int
 	// MaxConcurrentLocalActivities bounds concurrent publishes. Defaults to 256.
 	MaxConcurrentLocalActivities int
@@ -33,7 +39,7 @@ func (o Options) withDefaults() Options {
 		o.StopTimeout = 30 * time.Second
 	}
 	if o.WorkflowPollers <= 0 {
-		o.WorkflowPollers = 4
+		o.WorkflowPollers = DefaultWorkflowPollers
 	}
 	if o.MaxConcurrentLocalActivities <= 0 {
 		o.MaxConcurrentLocalActivities = 256
