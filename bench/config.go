@@ -25,10 +25,8 @@ const (
 var allPhases = []string{phaseCeiling, phaseLadder, phaseSustained, phaseBurst}
 
 // defaultDynamicConfig is passed to the dev server on top of the flags `make run` uses
-// (devserver.Server.Args): none, so that the bench measures the server `make run` starts.
-// One task-queue partition (matching.numTaskqueueReadPartitions=1 and ...WritePartitions=1)
-// made no measurable difference here (README, Levers): with eager start and sticky
-// execution almost no workflow task goes through the partitioned queue.
+// (devserver.Server.Args, which include devserver.DynamicConfig): none, so that the bench
+// measures the server `make run` starts; -dynamic-config overrides for experiments.
 var defaultDynamicConfig []string
 
 // options is the benchmark's whole configuration, from flags (and RABBITMQ_URL).

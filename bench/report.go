@@ -10,9 +10,12 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"retry-scheduler/devserver"
 )
 
 // report is the JSON written under bench/results and the source of the table.
@@ -49,6 +52,7 @@ type settings struct {
 	QuietWindowMs float64  `json:"quiet_window_ms"`
 	P99TargetMs   float64  `json:"p99_target_ms"`
 	KeepUp        float64  `json:"keep_up"`
+	// DynamicConfig is the dev server's: devserver.DynamicConfig, then -dynamic-config.
 	DynamicConfig []string `json:"dynamic_config"`
 	SQLitePragmas []string `json:"extra_sqlite_pragmas,omitempty"`
 	ServiceEnv    []string `json:"service_env,omitempty"`
@@ -89,7 +93,7 @@ func newReport(c options) *report {
 			Phases: c.Phases, Steps: c.Steps, StepSeconds: c.StepDuration.Seconds(),
 			Rate: c.Rate, Seconds: c.Duration.Seconds(), BurstRate: c.BurstRate, BurstSeconds: c.BurstDuration.Seconds(),
 			DelayMs: ms(c.Delay), QuietWindowMs: ms(c.QuietWindow), P99TargetMs: ms(c.P99Target), KeepUp: c.KeepUp,
-			DynamicConfig: c.DynamicConfig, SQLitePragmas: c.SQLitePragmas, ServiceEnv: c.ServiceEnv, ServiceLog: c.ServiceLogLevel,
+			DynamicConfig: append(slices.Clone(devserver.DynamicConfig), c.DynamicConfig...), SQLitePragmas: c.SQLitePragmas, ServiceEnv: c.ServiceEnv, ServiceLog: c.ServiceLogLevel,
 		},
 	}
 }
