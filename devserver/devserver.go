@@ -16,6 +16,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -73,6 +74,8 @@ type Server struct {
 
 	opts    Options // resolved
 	tempDir string  // removed by Stop when DBFile was not given
+	// fourReadPartitions: DBFile existed without onePartitionMark (see resolve).
+	fourReadPartitions bool
 
 	mu   sync.Mutex
 	proc *process
@@ -167,6 +170,15 @@ func (s *Server) resolve(o Options) error {
 	if o.LogFile == "" {
 		o.LogFile = o.DBFile + ".log"
 	}
+	// A database not started here with one task-queue partition may hold workflow tasks in
+	// the backlogs of partitions 1-3 (start-dev's default is four), which one read partition
+	// would never read: such a database goes on reading four while every new task is
+	// written to the first (Temporal's way down: writes first, reads once drained).
+	if _, err := os.Stat(o.DBFile); err == nil {
+		if _, err := os.Stat(o.DBFile + onePartitionMark); err != nil {
+			s.fourReadPartitions = true
+		}
+	}
 	s.opts = o
 	s.Address = net.JoinHostPort("127.0.0.1", strconv.Itoa(o.Port))
 	if o.UIPort > 0 {
@@ -203,6 +215,9 @@ func (s *Server) Args() []string {
 	for _, kv := range DynamicConfig {
 		args = append(args, "--dynamic-config-value", kv)
 	}
+	if s.fourReadPartitions {
+		args = append(args, "--dynamic-config-value", "matching.numTaskqueueReadPartitions=4")
+	}
 	// Later values win in start-dev, so ExtraArgs can override DynamicConfig.
 	return append(args, o.ExtraArgs...)
 }
@@ -217,6 +232,8 @@ func (s *Server) Args() []string {
 //     metadata from the database on every start, upsert and visibility write, so that
 //     attributes added while it runs are seen at once; ours are all created with the
 //     namespace (--search-attribute) before the first call.
+//
+// A database created with four partitions keeps reading four (see resolve).
 var DynamicConfig = []string{
 	"matching.numTaskqueueReadPartitions=1",
 	"matching.numTaskqueueWritePartitions=1",
@@ -258,8 +275,16 @@ func (s *Server) start(ctx context.Context) error {
 		<-p.done
 		return fmt.Errorf("%w\n%s", err, tail(s.LogFile, 20))
 	}
+	if !s.fourReadPartitions && !strings.Contains(strings.Join(s.opts.ExtraArgs, " "), "Partitions") {
+		// Failing to mark only costs the next start the slower four read partitions.
+		_ = os.WriteFile(s.DBFile+onePartitionMark, []byte("created with one task-queue partition (devserver.DynamicConfig)\n"), 0o644)
+	}
 	return nil
 }
+
+// onePartitionMark, appended to the database's path, names the file that says the database
+// was started with one task-queue partition.
+const onePartitionMark = ".one-partition"
 
 // waitReady polls the frontend until it answers CheckHealth and knows the namespace.
 func (s *Server) waitReady(ctx context.Context, p *process) error {

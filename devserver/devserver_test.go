@@ -182,3 +182,29 @@ func TestSweepTempDirs(t *testing.T) {
 	assert.DirExists(t, young)
 	assert.DirExists(t, alive)
 }
+
+func TestReadPartitionsFollowTheDatabase(t *testing.T) {
+	bin := fakeBinary(t)
+	readFour := "--dynamic-config-value matching.numTaskqueueReadPartitions=4"
+
+	// A new database: one partition.
+	db := filepath.Join(t.TempDir(), "t.db")
+	s := &Server{}
+	require.NoError(t, s.resolve(Options{Binary: bin, DBFile: db}))
+	assert.NotContains(t, strings.Join(s.Args(), " "), readFour)
+
+	// A database from before the mark (four partitions): it keeps reading four, after the
+	// one-partition values so that it wins.
+	require.NoError(t, os.WriteFile(db, []byte("sqlite"), 0o644))
+	s = &Server{}
+	require.NoError(t, s.resolve(Options{Binary: bin, DBFile: db}))
+	args := strings.Join(s.Args(), " ")
+	assert.Contains(t, args, readFour)
+	assert.Greater(t, strings.Index(args, readFour), strings.Index(args, "numTaskqueueReadPartitions=1"))
+
+	// A database this package started with one partition.
+	require.NoError(t, os.WriteFile(db+onePartitionMark, nil, 0o644))
+	s = &Server{}
+	require.NoError(t, s.resolve(Options{Binary: bin, DBFile: db}))
+	assert.NotContains(t, strings.Join(s.Args(), " "), readFour)
+}
