@@ -76,6 +76,8 @@ type Server struct {
 	tempDir string  // removed by Stop when DBFile was not given
 	// fourReadPartitions: DBFile existed without onePartitionMark (see resolve).
 	fourReadPartitions bool
+	// markOnePartition: start writes onePartitionMark (one partition, not overridden).
+	markOnePartition bool
 
 	mu   sync.Mutex
 	proc *process
@@ -179,6 +181,7 @@ func (s *Server) resolve(o Options) error {
 			s.fourReadPartitions = true
 		}
 	}
+	s.markOnePartition = !s.fourReadPartitions && !strings.Contains(strings.Join(o.ExtraArgs, " "), "Partitions")
 	s.opts = o
 	s.Address = net.JoinHostPort("127.0.0.1", strconv.Itoa(o.Port))
 	if o.UIPort > 0 {
@@ -275,7 +278,7 @@ func (s *Server) start(ctx context.Context) error {
 		<-p.done
 		return fmt.Errorf("%w\n%s", err, tail(s.LogFile, 20))
 	}
-	if !s.fourReadPartitions && !strings.Contains(strings.Join(s.opts.ExtraArgs, " "), "Partitions") {
+	if s.markOnePartition {
 		// Failing to mark only costs the next start the slower four read partitions.
 		_ = os.WriteFile(s.DBFile+onePartitionMark, []byte("created with one task-queue partition (devserver.DynamicConfig)\n"), 0o644)
 	}

@@ -175,7 +175,7 @@ func (r *run) step() error {
 }
 
 // failed applies one failure report accepted at now: record it, then retry or go to dead.
-// FirstDecision must stay the same decision for a run's first report.
+// FirstDelay must take the same decision for a run's first report.
 func (r *run) failed(rep message.FailureReport, now time.Time) {
 	s := &r.state
 	d := s.record(rep, now)
