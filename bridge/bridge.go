@@ -4,8 +4,13 @@
 // Deliveries it can never decode are dead-lettered with a confirm, then acked.
 //
 // The broker keeps every delivery until it is acked, so each failure mode of the bridge ends in
-// redelivery, never in loss: Temporal down → nack with requeue and pause; connection lost → the
-// broker requeues everything unacked; poison → dead-letter first, ack second.
+// redelivery, never in loss: Temporal down → hold the deliveries unacked and probe; connection
+// lost → the broker requeues everything unacked; poison → dead-letter first, ack second.
+//
+// While Temporal is down the bridge neither acks nor requeues: a requeue spends one of a
+// quorum queue's deliveries (x-delivery-limit; 20 by default on RabbitMQ 4), so an outage
+// that requeued would, after a few minutes, have the broker dead-letter or drop every message
+// in flight. The prefetch bounds what is held; the broker keeps the rest ready.
 package bridge
 
 import (
@@ -13,6 +18,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -57,6 +63,28 @@ func IsPermanent(err error) bool {
 	return errors.As(err, &p)
 }
 
+// unavailableError marks a Starter error that says Temporal as a whole cannot take work now.
+type unavailableError struct{ err error }
+
+func (e *unavailableError) Error() string { return e.err.Error() }
+func (e *unavailableError) Unwrap() error { return e.err }
+
+// Unavailable marks a Starter error as Temporal's, not the message's (overloaded, rate
+// limited): the bridge holds the delivery and probes, and does not count a try against the
+// message, whatever the Probe says.
+func Unavailable(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &unavailableError{err: err}
+}
+
+// IsUnavailable reports whether err was marked by Unavailable.
+func IsUnavailable(err error) bool {
+	var u *unavailableError
+	return errors.As(err, &u)
+}
+
 // Defaults of Config.
 const (
 	DefaultQueue          = "retry.scheduled"
@@ -64,8 +92,13 @@ const (
 	DefaultWorkers        = 16
 	DefaultReportTimeout  = 10 * time.Second
 	DefaultReconnectDelay = 500 * time.Millisecond
+	// DefaultReportTries bounds the reports of one message that fail while Temporal answers
+	// the Probe: then the failure is the message's, and it is dead-lettered as poison.
+	DefaultReportTries = 5
 	// MaxBackoff caps the doubling of ReconnectDelay.
 	MaxBackoff = 10 * time.Second
+	// probeTimeout bounds one call of Config.Probe.
+	probeTimeout = 5 * time.Second
 )
 
 // rpcTimeout bounds each AMQP method the bridge waits on (declare, qos, consume, cancel,
@@ -85,9 +118,23 @@ type Config struct {
 	// ReportTimeout bounds one Report and one dead-letter publish, and the wait for in-flight
 	// handlers on shutdown. Defaults to 10s.
 	ReportTimeout time.Duration
-	// ReconnectDelay is the first backoff after a lost connection, and the first pause after a
-	// failed Report; it doubles up to MaxBackoff. Defaults to 500ms.
+	// ReconnectDelay is the first backoff after a lost connection, after a failed report and
+	// between the probes of an outage; it doubles up to MaxBackoff, with jitter so that
+	// several bridges do not retry in lockstep. Defaults to 500ms.
 	ReconnectDelay time.Duration
+	// Probe reports whether Temporal serves calls (nil: yes). It tells an outage from a
+	// message Temporal refuses: when a report fails and Probe fails too, the delivery is held
+	// and the bridge probes; when Probe passes, the failure counts against the message, and
+	// after ReportTries such failures the message is dead-lettered as poison so that it
+	// cannot stall the queue. A nil Probe presumes every failure an outage.
+	Probe func(ctx context.Context) error
+	// ReportTries is how many failed reports, with Temporal answering the Probe, make a
+	// message poison. Defaults to DefaultReportTries.
+	ReportTries int
+	// IngressArgs and DeadLetterArgs are the arguments the queues are declared with
+	// (broker.IngressArgs and broker.QueueArgs); a queue that exists with others is used as
+	// it is.
+	IngressArgs, DeadLetterArgs amqp.Table
 	// Decode configures decoding; its DefaultDeadLetterQueue defaults to DeadLetterQueue.
 	Decode DecodeOptions
 }
@@ -110,6 +157,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.ReconnectDelay <= 0 {
 		c.ReconnectDelay = DefaultReconnectDelay
+	}
+	if c.ReportTries <= 0 {
+		c.ReportTries = DefaultReportTries
 	}
 	if c.Decode.DefaultDeadLetterQueue == "" {
 		c.Decode.DefaultDeadLetterQueue = c.DeadLetterQueue
@@ -161,8 +211,8 @@ func New(cfg Config, dial func() (*amqp.Connection, error), starter Starter, dlq
 	}
 }
 
-// Ready reports whether the bridge is consuming right now: connected, and not paused
-// because Temporal or the dead-letter queue is unavailable.
+// Ready reports whether the bridge is consuming right now: connected, and not holding
+// deliveries because Temporal or the dead-letter queue is unavailable.
 func (b *Bridge) Ready() bool {
 	return b.ready.Load()
 }
@@ -187,8 +237,9 @@ func (b *Bridge) Run(ctx context.Context) error {
 		if consumed {
 			delay = b.cfg.ReconnectDelay
 		}
-		b.log.Warn("amqp session ended; reconnecting", "error", err, "delay", delay)
-		t := time.NewTimer(delay)
+		wait := jitter(delay)
+		b.log.Warn("amqp session ended; reconnecting", "error", err, "delay", wait)
+		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
 			t.Stop()
@@ -214,10 +265,19 @@ type session struct {
 	bg sync.WaitGroup
 }
 
+// entry is a delivery in the bridge's hands, with the failed reports counted against it.
+type entry struct {
+	d amqp.Delivery
+	// strikes counts reports that failed while Temporal answered the Probe.
+	strikes int
+}
+
 // result is what a handler reports to its session's loop.
 type result struct {
 	outcome string
 	err     error
+	// held is the entry to hold, with outcome OutcomeHeld.
+	held *entry
 }
 
 // session runs one connection until it is lost or ctx is done. consumed says whether it got
@@ -246,7 +306,7 @@ func (b *Bridge) session(ctx context.Context) (consumed bool, err error) {
 	s.gen = b.gen
 	b.genMu.Unlock()
 
-	l := &loop{s: s, mode: running, pauseDelay: b.cfg.ReconnectDelay, connClosed: connClosed, chClosed: chClosed}
+	l := &loop{s: s, mode: running, holdDelay: b.cfg.ReconnectDelay, connClosed: connClosed, chClosed: chClosed}
 	err = l.run(ctx)
 	return l.consumed, err
 }
@@ -259,19 +319,21 @@ func (s *session) setup() error {
 	}); err != nil {
 		return err
 	}
-	for _, q := range []string{s.b.cfg.Queue, s.b.cfg.DeadLetterQueue} {
-		if err := s.declare(q); err != nil {
-			return err
-		}
+	// The dead-letter queue first: the ingress queue may dead-letter into it.
+	if err := s.declare(s.b.cfg.DeadLetterQueue, s.b.cfg.DeadLetterArgs); err != nil {
+		return err
+	}
+	if err := s.declare(s.b.cfg.Queue, s.b.cfg.IngressArgs); err != nil {
+		return err
 	}
 	return s.rpc("set prefetch", func() error { return s.ch.Qos(s.b.cfg.Prefetch, 0, false) })
 }
 
 // declare declares a durable queue. One that exists with other arguments (a quorum queue
 // declared by the deployment, say) is accepted as it is: the bridge only needs it to exist.
-func (s *session) declare(name string) error {
+func (s *session) declare(name string, args amqp.Table) error {
 	err := s.rpc("declare queue "+name, func() error {
-		_, err := s.ch.QueueDeclare(name, true, false, false, false, nil)
+		_, err := s.ch.QueueDeclare(name, true, false, false, false, args)
 		return err
 	})
 	var ae *amqp.Error
@@ -341,7 +403,7 @@ func (s *session) settle(d amqp.Delivery, ack bool) bool {
 	return err == nil
 }
 
-// requeue returns an unprocessed delivery to the queue (the bridge is pausing or stopping).
+// requeue returns an unprocessed delivery to the queue (the bridge is stopping).
 func (s *session) requeue(d amqp.Delivery) {
 	if s.settle(d, false) {
 		s.b.metrics.outcome(OutcomeRequeued)
@@ -354,36 +416,39 @@ func (s *session) requeue(d amqp.Delivery) {
 type mode int
 
 const (
-	// running: consuming with up to Workers handlers.
+	// running: up to Workers handlers, held entries first, then new deliveries.
 	running mode = iota
-	// probing: consuming one delivery at a time after a pause, until a report succeeds, so
-	// that a still-unavailable Temporal costs one requeue rather than a prefetch-full.
+	// holding: Temporal (or the dead-letter queue) is unavailable; nothing is dispatched,
+	// nothing is acked or requeued; a timer starts the next probe. What the broker sends
+	// meanwhile (at most the prefetch) waits unacked in the consumer's buffer.
+	holding
+	// probing: the oldest held entry alone is reported again; its success resumes running,
+	// its failure holds again with a longer backoff.
 	probing
-	// paused: consumer cancelled; what it still delivers is requeued; a timer resumes.
-	paused
 )
 
-// loop is the dispatcher of a session: the only goroutine that consumes, cancels and
+// loop is the dispatcher of a session: the only goroutine that consumes, dispatches and
 // counts in-flight handlers.
 type loop struct {
-	s                    *session
-	mode                 mode
-	deliveries           <-chan amqp.Delivery
-	tag                  string
-	tags                 int
-	inflight             int
-	consumed             bool
-	pauseDelay           time.Duration
-	resume               *time.Timer
-	resumeWhenDrained    bool
+	s          *session
+	mode       mode
+	deliveries <-chan amqp.Delivery
+	tag        string
+	inflight   int
+	consumed   bool
+	// held are entries waiting for Temporal, oldest first.
+	held []*entry
+	// holdDelay is the next wait before a probe; it doubles up to MaxBackoff.
+	holdDelay            time.Duration
+	probe                *time.Timer
 	connClosed, chClosed <-chan *amqp.Error
 }
 
 func (l *loop) run(ctx context.Context) error {
 	s, b := l.s, l.s.b
 	defer func() {
-		if l.resume != nil {
-			l.resume.Stop()
+		if l.probe != nil {
+			l.probe.Stop()
 		}
 	}()
 	if err := l.consume(); err != nil {
@@ -391,18 +456,14 @@ func (l *loop) run(ctx context.Context) error {
 		return err
 	}
 	for {
+		l.dispatchHeld()
 		var take <-chan amqp.Delivery
-		switch {
-		case l.mode == paused:
-			take = l.deliveries
-		case l.mode == probing && l.inflight == 0:
-			take = l.deliveries
-		case l.mode == running && l.inflight < b.cfg.Workers:
+		if l.mode == running && len(l.held) == 0 && l.inflight < b.cfg.Workers {
 			take = l.deliveries
 		}
-		var resume <-chan time.Time
-		if l.resume != nil {
-			resume = l.resume.C
+		var probe <-chan time.Time
+		if l.probe != nil {
+			probe = l.probe.C
 		}
 		select {
 		case <-ctx.Done():
@@ -414,74 +475,90 @@ func (l *loop) run(ctx context.Context) error {
 		case d, ok := <-take:
 			if !ok {
 				l.deliveries = nil
-				if l.mode != paused {
-					return l.lost(errors.New("consumer cancelled by the broker"))
-				}
-				if l.resumeWhenDrained {
-					if err := l.resumeConsuming(); err != nil {
-						return l.lost(err)
-					}
-				}
-				continue
+				return l.lost(errors.New("consumer cancelled by the broker"))
 			}
-			if l.mode == paused {
-				s.requeue(d)
-				continue
-			}
-			l.inflight++
-			b.handlers.Add(1)
-			go s.handle(d)
+			l.dispatch(&entry{d: d})
 		case r := <-s.results:
 			l.inflight--
-			if err := l.onResult(r); err != nil {
-				return l.lost(err)
-			}
-		case <-resume:
-			l.resume = nil
-			if l.deliveries != nil {
-				// The cancelled consumer is still handing over what it held; resume after.
-				l.resumeWhenDrained = true
-				continue
-			}
-			if err := l.resumeConsuming(); err != nil {
-				return l.lost(err)
-			}
+			l.onResult(r)
+		case <-probe:
+			l.probe = nil
+			l.mode = probing
+			b.log.Info("probing: reporting the oldest held delivery again", "held", len(l.held))
 		}
 	}
 }
 
-// onResult pauses consuming on a requeue (Temporal or the dead-letter queue unavailable) and
-// ends probing on a success.
-func (l *loop) onResult(r result) error {
-	b := l.s.b
-	switch r.outcome {
-	case OutcomeRequeued:
-		if l.mode == paused {
-			return nil
+// dispatchHeld hands held entries to handlers: all of them (as workers allow) while
+// running, the oldest alone while probing.
+func (l *loop) dispatchHeld() {
+	switch l.mode {
+	case running:
+		for len(l.held) > 0 && l.inflight < l.s.b.cfg.Workers {
+			e := l.held[0]
+			l.held = l.held[1:]
+			l.dispatch(e)
 		}
-		b.ready.Store(false)
-		if err := l.s.rpc("cancel consumer", func() error { return l.s.ch.Cancel(l.tag, false) }); err != nil {
-			return err
+	case probing:
+		if len(l.held) == 0 {
+			l.resume()
+			return
 		}
-		l.mode = paused
-		l.resume = time.NewTimer(l.pauseDelay)
-		b.log.Warn("pausing consumption", "pause", l.pauseDelay, "error", r.err)
-		l.pauseDelay = min(2*l.pauseDelay, MaxBackoff)
-	case OutcomeAccepted, OutcomePoison, OutcomeOversize:
-		if l.mode == probing {
-			l.mode = running
-			b.log.Info("resumed consumption")
-		}
-		if l.mode == running {
-			l.pauseDelay = b.cfg.ReconnectDelay
+		if l.inflight == 0 {
+			e := l.held[0]
+			l.held = l.held[1:]
+			l.dispatch(e)
 		}
 	}
-	return nil
+}
+
+func (l *loop) dispatch(e *entry) {
+	l.inflight++
+	l.s.b.handlers.Add(1)
+	go l.s.handle(e)
+}
+
+// onResult holds an entry that could not be reported, and resumes running once a report
+// (or a dead-letter publish) went through.
+func (l *loop) onResult(r result) {
+	b := l.s.b
+	switch r.outcome {
+	case OutcomeHeld:
+		l.held = append(l.held, r.held)
+		if l.mode == holding {
+			return
+		}
+		if l.mode == running {
+			b.log.Warn("holding deliveries: Temporal or the dead-letter queue is unavailable; nothing is acked or requeued until a probe succeeds",
+				"error", r.err)
+		}
+		b.ready.Store(false)
+		l.mode = holding
+		wait := jitter(l.holdDelay)
+		l.probe = time.NewTimer(wait)
+		b.log.Info("next probe", "in", wait, "held", len(l.held), "error", r.err)
+		l.holdDelay = min(2*l.holdDelay, MaxBackoff)
+	case OutcomeAccepted, OutcomePoison, OutcomeOversize:
+		if l.mode == probing {
+			l.resume()
+		}
+		if l.mode == running {
+			l.holdDelay = b.cfg.ReconnectDelay
+		}
+	}
+}
+
+// resume goes back to running after a successful probe.
+func (l *loop) resume() {
+	b := l.s.b
+	l.mode = running
+	l.holdDelay = b.cfg.ReconnectDelay
+	b.ready.Store(true)
+	b.log.Info("resumed consumption", "held", len(l.held))
 }
 
 func (l *loop) consume() error {
-	l.tags++
-	l.tag = fmt.Sprintf("retry-scheduler-bridge-%d", l.tags)
+	l.tag = "retry-scheduler-bridge"
 	var d <-chan amqp.Delivery
 	if err := l.s.rpc("consume "+l.s.b.cfg.Queue, func() (err error) {
 		d, err = l.s.ch.Consume(l.s.b.cfg.Queue, l.tag, false, false, false, false, nil)
@@ -495,32 +572,26 @@ func (l *loop) consume() error {
 	return nil
 }
 
-func (l *loop) resumeConsuming() error {
-	l.resumeWhenDrained = false
-	if err := l.consume(); err != nil {
-		return err
-	}
-	l.mode = probing
-	l.s.b.log.Info("probing: consuming one delivery at a time until a report succeeds")
-	return nil
-}
-
-// lost ends a session whose connection or channel is gone.
+// lost ends a session whose connection or channel is gone. Its held entries are stale: the
+// broker requeues them with everything else this channel had.
 func (l *loop) lost(err error) error {
 	l.s.b.ready.Store(false)
 	l.s.retire()
+	for range l.held {
+		l.s.b.metrics.outcome(OutcomeDroppedStale)
+	}
+	l.held = nil
 	return err
 }
 
-// shutdown stops consuming, requeues what the consumer still holds, waits for in-flight
-// handlers (bounded by ReportTimeout plus a margin), then closes the channel.
+// shutdown stops consuming, requeues what the consumer still holds and what is held, waits
+// for in-flight handlers (bounded by ReportTimeout plus a margin), then closes the channel.
 func (l *loop) shutdown() error {
 	s, b := l.s, l.s.b
 	b.ready.Store(false)
-	if l.deliveries != nil && l.mode != paused {
+	if l.deliveries != nil {
 		if err := s.rpc("cancel consumer", func() error { return s.ch.Cancel(l.tag, false) }); err != nil {
-			s.retire()
-			return err
+			return l.lost(err)
 		}
 	}
 	deadline := time.NewTimer(b.cfg.ReportTimeout + time.Second)
@@ -533,58 +604,87 @@ func (l *loop) shutdown() error {
 				continue
 			}
 			s.requeue(d)
-		case <-s.results:
+		case r := <-s.results:
 			l.inflight--
+			if r.held != nil {
+				l.held = append(l.held, r.held)
+			}
 		case <-deadline.C:
-			s.retire()
-			return fmt.Errorf("shutdown: %d handlers still running after %s", l.inflight, b.cfg.ReportTimeout)
+			return l.lost(fmt.Errorf("shutdown: %d handlers still running after %s", l.inflight, b.cfg.ReportTimeout))
 		case e := <-l.connClosed:
-			s.retire()
-			return fmt.Errorf("shutdown: connection closed: %v", e)
+			return l.lost(fmt.Errorf("shutdown: connection closed: %v", e))
 		case e := <-l.chClosed:
-			s.retire()
-			return fmt.Errorf("shutdown: channel closed: %v", e)
+			return l.lost(fmt.Errorf("shutdown: channel closed: %v", e))
 		}
 	}
+	for _, e := range l.held {
+		s.requeue(e.d)
+	}
+	l.held = nil
 	return s.rpc("close channel", s.ch.Close)
 }
 
-// handle processes one delivery and reports the outcome to the loop. The results channel
-// has room for every handler the loop allows in flight, so the send never blocks, even after
-// the loop has returned.
-func (s *session) handle(d amqp.Delivery) {
+// handle processes one entry and reports the outcome to the loop. The results channel has
+// room for every handler the loop allows in flight, so the send never blocks, even after the
+// loop has returned.
+func (s *session) handle(e *entry) {
 	defer s.b.handlers.Done()
-	s.results <- s.process(d)
+	s.results <- s.process(e)
 }
 
-func (s *session) process(d amqp.Delivery) result {
-	b := s.b
+func (s *session) process(e *entry) result {
+	b, d := s.b, e.d
 	rep, err := Decode(DeliveryFrom(d), b.cfg.Decode)
 	if err != nil {
 		var pe *PoisonError
 		if !errors.As(err, &pe) {
 			pe = &PoisonError{Kind: KindPoison, Reason: err.Error(), MessageID: d.MessageId}
 		}
-		return s.deadLetter(d, pe)
+		return s.deadLetter(e, pe)
 	}
 	log := b.log.With("message_id", rep.Message.MessageID, "original_queue", rep.Message.OriginalQueue,
 		"retry_count", rep.RetryCount)
 
-	ctx, cancel := context.WithTimeout(s.ctx, b.cfg.ReportTimeout)
-	err = b.starter.Report(ctx, rep)
-	cancel()
-	if err != nil && IsPermanent(err) {
-		return s.deadLetter(d, &PoisonError{
-			Kind:          KindPoison,
-			Reason:        "report rejected: " + err.Error(),
-			OriginalQueue: rep.Message.OriginalQueue,
-			MessageID:     rep.Message.MessageID,
-		})
-	}
-	if err != nil {
-		r := s.conclude(d, false, OutcomeRequeued, fmt.Errorf("report: %w", err))
-		log.Warn("report failed; the broker will deliver the message again", "outcome", r.outcome, "error", err)
-		return r
+	for {
+		ctx, cancel := context.WithTimeout(s.ctx, b.cfg.ReportTimeout)
+		err = b.starter.Report(ctx, rep)
+		cancel()
+		if err == nil {
+			break
+		}
+		if IsPermanent(err) {
+			return s.deadLetter(e, &PoisonError{
+				Kind:          KindPoison,
+				Reason:        "report rejected: " + err.Error(),
+				OriginalQueue: rep.Message.OriginalQueue,
+				MessageID:     rep.Message.MessageID,
+			})
+		}
+		if s.ctx.Err() != nil {
+			return s.stale(d, err)
+		}
+		if !s.messageFault(err) {
+			log.Warn("report failed; holding the delivery unacked until Temporal answers", "outcome", OutcomeHeld, "error", err)
+			return s.hold(e, fmt.Errorf("report: %w", err))
+		}
+		e.strikes++
+		if e.strikes >= b.cfg.ReportTries {
+			return s.deadLetter(e, &PoisonError{
+				Kind:          KindPoison,
+				Reason:        fmt.Sprintf("report failed %d times while Temporal answered other calls: %v", e.strikes, err),
+				OriginalQueue: rep.Message.OriginalQueue,
+				MessageID:     rep.Message.MessageID,
+			})
+		}
+		wait := jitter(b.cfg.ReconnectDelay << (e.strikes - 1))
+		log.Warn("report failed while Temporal answers; trying this message again", "try", e.strikes, "of", b.cfg.ReportTries, "in", wait, "error", err)
+		t := time.NewTimer(wait)
+		select {
+		case <-t.C:
+		case <-s.ctx.Done():
+			t.Stop()
+			return s.stale(d, err)
+		}
 	}
 	r := s.conclude(d, true, OutcomeAccepted, nil)
 	if r.outcome == OutcomeAccepted {
@@ -596,10 +696,33 @@ func (s *session) process(d amqp.Delivery) result {
 	return r
 }
 
+// messageFault reports whether a failed report is the message's own: Temporal answers the
+// Probe, and the error does not say Temporal is unavailable.
+func (s *session) messageFault(err error) bool {
+	if IsUnavailable(err) || s.b.cfg.Probe == nil {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(s.ctx, probeTimeout)
+	defer cancel()
+	return s.b.cfg.Probe(ctx) == nil
+}
+
+// stale ends a delivery of a retired session (its connection is gone): it can be neither
+// acked nor held, and the broker redelivers it.
+func (s *session) stale(d amqp.Delivery, err error) result {
+	return s.conclude(d, false, OutcomeDroppedStale, fmt.Errorf("report: %w", err))
+}
+
+// hold hands e back to the loop unsettled: no ack, no requeue, so no delivery is spent.
+func (s *session) hold(e *entry, err error) result {
+	s.b.metrics.outcome(OutcomeHeld)
+	return result{outcome: OutcomeHeld, err: err, held: e}
+}
+
 // deadLetter publishes the poison envelope with a confirm, then acks; if the publish fails
-// the delivery is requeued (and the loop pauses), so a poison message is never dropped.
-func (s *session) deadLetter(d amqp.Delivery, pe *PoisonError) result {
-	b := s.b
+// the delivery is held (and the bridge probes), so a poison message is never dropped.
+func (s *session) deadLetter(e *entry, pe *PoisonError) result {
+	b, d := s.b, e.d
 	env := poisonEnvelope(d, pe, b.cfg.Decode, b.cfg.Decode.Now())
 	log := b.log.With("message_id", env.MessageID, "original_queue", env.OriginalQueue, "reason", pe.Reason)
 	pub, err := envelopePublishing(env)
@@ -609,12 +732,11 @@ func (s *session) deadLetter(d amqp.Delivery, pe *PoisonError) result {
 		cancel()
 	}
 	if err != nil {
-		r := s.conclude(d, false, OutcomeRequeued, fmt.Errorf("dead-letter %s message to %s: %w", pe.Kind, b.cfg.DeadLetterQueue, err))
-		log.Error("dead-letter publish failed; the broker will deliver the message again", "outcome", r.outcome, "error", err)
-		return r
+		log.Error("dead-letter publish failed; holding the delivery", "outcome", OutcomeHeld, "error", err)
+		return s.hold(e, fmt.Errorf("dead-letter %s message to %s: %w", pe.Kind, b.cfg.DeadLetterQueue, err))
 	}
 	r := s.conclude(d, true, pe.Kind, nil)
-	log.Warn("undecodable delivery dead-lettered", "outcome", r.outcome, "dead_letter_queue", b.cfg.DeadLetterQueue)
+	log.Warn("delivery dead-lettered", "outcome", r.outcome, "dead_letter_queue", b.cfg.DeadLetterQueue)
 	return r
 }
 
@@ -626,4 +748,13 @@ func (s *session) conclude(d amqp.Delivery, ack bool, outcome string, err error)
 	}
 	s.b.metrics.outcome(outcome)
 	return result{outcome: outcome, err: err}
+}
+
+// jitter spreads a backoff over [d/2, d], so that bridges that lost Temporal or the broker
+// together do not come back in lockstep.
+func jitter(d time.Duration) time.Duration {
+	if d <= 1 {
+		return d
+	}
+	return d/2 + rand.N(d/2+1)
 }

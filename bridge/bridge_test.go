@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -114,7 +115,7 @@ func TestProcessAccepted(t *testing.T) {
 	s, m := testSession(t, st, &fakePublisher{})
 	ack := &fakeAck{}
 
-	r := s.process(retryDelivery(t, ack))
+	r := s.process(&entry{d: retryDelivery(t, ack)})
 
 	assert.Equal(t, OutcomeAccepted, r.outcome)
 	assert.Equal(t, 1, ack.acks)
@@ -125,18 +126,76 @@ func TestProcessAccepted(t *testing.T) {
 	assert.Equal(t, 1.0, counterValue(m.scheduled.WithLabelValues("orders")))
 }
 
-func TestProcessStarterFails(t *testing.T) {
-	s, m := testSession(t, &fakeStarter{err: errors.New("temporal unreachable")}, &fakePublisher{})
+func TestProcessStarterFailsHolds(t *testing.T) {
+	probe := errors.New("temporal down")
+	for name, cfg := range map[string]func(*Config){
+		"no probe":               func(*Config) {},
+		"probe fails":            func(c *Config) { c.Probe = func(context.Context) error { return probe } },
+		"temporal says too busy": func(c *Config) { c.Probe = func(context.Context) error { return nil } },
+	} {
+		t.Run(name, func(t *testing.T) {
+			err := errors.New("temporal unreachable")
+			if name == "temporal says too busy" {
+				err = Unavailable(err)
+			}
+			s, m := testSession(t, &fakeStarter{err: err}, &fakePublisher{})
+			cfg(&s.b.cfg)
+			ack := &fakeAck{}
+			e := &entry{d: retryDelivery(t, ack)}
+
+			r := s.process(e)
+
+			assert.Equal(t, OutcomeHeld, r.outcome)
+			assert.Same(t, e, r.held)
+			assert.ErrorContains(t, r.err, "temporal unreachable")
+			assert.Equal(t, 0, ack.acks+ack.nacks, "neither acked nor requeued: no delivery spent")
+			assert.Equal(t, 0, e.strikes, "an outage is not the message's fault")
+			assert.Equal(t, 1.0, outcomes(m, OutcomeHeld))
+		})
+	}
+}
+
+func TestProcessRefusedWhileTemporalAnswersIsPoisonAfterTries(t *testing.T) {
+	pub := &fakePublisher{}
+	st := &fakeStarter{err: errors.New("context deadline exceeded")}
+	s, m := testSession(t, st, pub)
+	s.b.cfg.Probe = func(context.Context) error { return nil }
+	s.b.cfg.ReportTries = 3
+	s.b.cfg.ReconnectDelay = time.Millisecond
 	ack := &fakeAck{}
+	e := &entry{d: retryDelivery(t, ack)}
 
-	r := s.process(retryDelivery(t, ack))
+	r := s.process(e)
 
-	assert.Equal(t, OutcomeRequeued, r.outcome)
-	assert.ErrorContains(t, r.err, "temporal unreachable")
-	assert.Equal(t, 0, ack.acks)
-	assert.Equal(t, 1, ack.nacks)
-	assert.True(t, ack.requeu)
-	assert.Equal(t, 1.0, outcomes(m, OutcomeRequeued))
+	assert.Equal(t, OutcomePoison, r.outcome)
+	assert.Equal(t, 3, e.strikes)
+	assert.Equal(t, 1, ack.acks)
+	require.Len(t, pub.msgs, 1)
+	var env message.Envelope
+	require.NoError(t, json.Unmarshal(pub.msgs[0].msg.Body, &env))
+	assert.Equal(t, "report failed 3 times while Temporal answered other calls: context deadline exceeded", env.DeadDetail)
+	assert.Equal(t, "m-1", env.MessageID)
+	assert.Equal(t, 1.0, outcomes(m, OutcomePoison))
+}
+
+func TestProcessStrikesSurviveAHold(t *testing.T) {
+	st := &fakeStarter{err: errors.New("refused")}
+	s, _ := testSession(t, st, &fakePublisher{})
+	up := true
+	s.b.cfg.Probe = func(context.Context) error {
+		if up {
+			up = false // Temporal goes down after the first failure
+			return nil
+		}
+		return errors.New("down")
+	}
+	s.b.cfg.ReconnectDelay = time.Millisecond
+	e := &entry{d: retryDelivery(t, &fakeAck{})}
+
+	r := s.process(e)
+
+	assert.Equal(t, OutcomeHeld, r.outcome)
+	assert.Equal(t, 1, e.strikes, "the try made while Temporal answered is kept")
 }
 
 func TestProcessStarterPermanent(t *testing.T) {
@@ -144,7 +203,7 @@ func TestProcessStarterPermanent(t *testing.T) {
 	s, m := testSession(t, &fakeStarter{err: Permanent(errors.New("invalid argument"))}, pub)
 	ack := &fakeAck{}
 
-	r := s.process(retryDelivery(t, ack))
+	r := s.process(&entry{d: retryDelivery(t, ack)})
 
 	assert.Equal(t, OutcomePoison, r.outcome)
 	assert.Equal(t, 1, ack.acks)
@@ -166,7 +225,7 @@ func TestProcessPoison(t *testing.T) {
 	d := amqp.Delivery{Acknowledger: ack, ContentType: "application/json", MessageId: "bad-1", CorrelationId: "c-1",
 		Headers: amqp.Table{"trace": "t", "cc": "x"}, Body: body}
 
-	r := s.process(d)
+	r := s.process(&entry{d: d})
 
 	assert.Equal(t, OutcomePoison, r.outcome)
 	assert.Equal(t, 1, ack.acks)
@@ -194,7 +253,7 @@ func TestProcessPoison(t *testing.T) {
 	assert.Equal(t, 1.0, outcomes(m, OutcomePoison))
 
 	// A redelivered poison message yields the same envelope id, so duplicates are recognisable.
-	s.process(d)
+	s.process(&entry{d: d})
 	require.Len(t, pub.msgs, 2)
 	assert.Equal(t, pub.msgs[0].msg.MessageId, pub.msgs[1].msg.MessageId)
 }
@@ -206,7 +265,7 @@ func TestProcessOversize(t *testing.T) {
 	ack := &fakeAck{}
 	body := []byte("0123456789ABC")
 
-	r := s.process(amqp.Delivery{Acknowledger: ack, Headers: xDeath("orders", "", "orders"), Body: body})
+	r := s.process(&entry{d: amqp.Delivery{Acknowledger: ack, Headers: xDeath("orders", "", "orders"), Body: body}})
 
 	assert.Equal(t, OutcomeOversize, r.outcome)
 	assert.Equal(t, 1, ack.acks)
@@ -224,13 +283,11 @@ func TestProcessDeadLetterPublishFails(t *testing.T) {
 	s, m := testSession(t, &fakeStarter{}, &fakePublisher{err: errors.New("unroutable")})
 	ack := &fakeAck{}
 
-	r := s.process(amqp.Delivery{Acknowledger: ack, ContentType: "text/plain", Body: []byte("junk")})
+	r := s.process(&entry{d: amqp.Delivery{Acknowledger: ack, ContentType: "text/plain", Body: []byte("junk")}})
 
-	assert.Equal(t, OutcomeRequeued, r.outcome)
-	assert.Equal(t, 0, ack.acks)
-	assert.Equal(t, 1, ack.nacks)
-	assert.True(t, ack.requeu)
-	assert.Equal(t, 1.0, outcomes(m, OutcomeRequeued))
+	assert.Equal(t, OutcomeHeld, r.outcome, "held, not dropped and not requeued")
+	assert.Equal(t, 0, ack.acks+ack.nacks)
+	assert.Equal(t, 1.0, outcomes(m, OutcomeHeld))
 }
 
 func TestProcessStaleGeneration(t *testing.T) {
@@ -240,7 +297,7 @@ func TestProcessStaleGeneration(t *testing.T) {
 	// A newer channel exists: this session's delivery tags mean other messages there.
 	s.b.gen = 2
 
-	r := s.process(retryDelivery(t, ack))
+	r := s.process(&entry{d: retryDelivery(t, ack)})
 
 	assert.Equal(t, OutcomeDroppedStale, r.outcome)
 	assert.Equal(t, 0, ack.acks+ack.nacks)
@@ -261,7 +318,7 @@ func TestRetireStopsAcks(t *testing.T) {
 func TestSettleChannelRefuses(t *testing.T) {
 	s, _ := testSession(t, &fakeStarter{}, &fakePublisher{})
 	ack := &fakeAck{err: amqp.ErrClosed}
-	r := s.process(retryDelivery(t, ack))
+	r := s.process(&entry{d: retryDelivery(t, ack)})
 	assert.Equal(t, OutcomeDroppedStale, r.outcome)
 }
 
@@ -275,6 +332,27 @@ func TestPermanent(t *testing.T) {
 	assert.False(t, IsPermanent(base))
 }
 
+func TestUnavailable(t *testing.T) {
+	assert.Nil(t, Unavailable(nil))
+	base := errors.New("busy")
+	err := fmt.Errorf("report: %w", Unavailable(base))
+	assert.True(t, IsUnavailable(err))
+	assert.ErrorIs(t, err, base)
+	assert.False(t, IsUnavailable(base))
+	assert.False(t, IsPermanent(err))
+}
+
+func TestJitterSpreadsWithinHalf(t *testing.T) {
+	seen := map[time.Duration]bool{}
+	for range 200 {
+		j := jitter(time.Second)
+		require.GreaterOrEqual(t, j, 500*time.Millisecond)
+		require.LessOrEqual(t, j, time.Second)
+		seen[j] = true
+	}
+	assert.Greater(t, len(seen), 100, "not the same wait for every bridge")
+}
+
 func TestConfigDefaults(t *testing.T) {
 	c := Config{}.withDefaults()
 	assert.Equal(t, "retry.scheduled", c.Queue)
@@ -283,6 +361,7 @@ func TestConfigDefaults(t *testing.T) {
 	assert.Equal(t, 16, c.Workers)
 	assert.Equal(t, 10*time.Second, c.ReportTimeout)
 	assert.Equal(t, 500*time.Millisecond, c.ReconnectDelay)
+	assert.Equal(t, DefaultReportTries, c.ReportTries)
 	assert.Equal(t, DefaultMaxMessageBytes, c.Decode.MaxMessageBytes)
 	assert.NotNil(t, c.Decode.Resolver)
 
@@ -300,7 +379,7 @@ func TestNewMetricsTwiceOnOneRegistry(t *testing.T) {
 	require.NoError(t, err)
 	for _, f := range families {
 		if f.GetName() == "bridge_deliveries_total" {
-			assert.Len(t, f.GetMetric(), 5, "every outcome is exported from the start")
+			assert.Len(t, f.GetMetric(), 6, "every outcome is exported from the start")
 		}
 	}
 }

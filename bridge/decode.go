@@ -31,6 +31,9 @@ const (
 	MaxRetryAfter = 30 * 24 * time.Hour
 	// maxNameLen is AMQP's short-string limit for queue, exchange and routing-key names.
 	maxNameLen = 255
+	// maxKeywordLen is the longest value of a Keyword search attribute: Temporal's SQL
+	// visibility stores keep them at VARCHAR(255).
+	maxKeywordLen = 255
 )
 
 // Kinds of PoisonError; they are also the envelope's DeadReason.
@@ -183,6 +186,11 @@ func Decode(d Delivery, opts DecodeOptions) (message.FailureReport, error) {
 		// headersize.go: a report whose headers could never be republished is poison now,
 		// not a publish that fails for a day.
 		if pe := headersTooLarge(rep.Message.Headers); pe != nil {
+			pe.OriginalQueue, pe.MessageID = rep.Message.OriginalQueue, rep.Message.MessageID
+			err = pe
+		} else if n := len(rep.Message.TenantID); n > maxKeywordLen {
+			// The tenant is a Keyword search attribute: SQL visibility would refuse the write.
+			pe := poisonf("tenant id is %d bytes long, over the limit of %d", n, maxKeywordLen)
 			pe.OriginalQueue, pe.MessageID = rep.Message.OriginalQueue, rep.Message.MessageID
 			err = pe
 		}

@@ -179,6 +179,18 @@ func TestDecodeJSONVariants(t *testing.T) {
 		assert.True(t, strings.HasPrefix(rep.Message.MessageID, "sha256-"))
 		assert.Contains(t, rep.Notes[0], "fallback")
 	})
+	t.Run("a tenant id too long for a search attribute is poison", func(t *testing.T) {
+		f := validRetryMessage()
+		f["tenant_id"] = strings.Repeat("t", maxKeywordLen)
+		_, err := decodeJSONFields(t, f)
+		require.NoError(t, err)
+		f["tenant_id"] = strings.Repeat("t", maxKeywordLen+1)
+		_, err = decodeJSONFields(t, f)
+		var pe *PoisonError
+		require.ErrorAs(t, err, &pe)
+		assert.Contains(t, pe.Reason, "tenant id is 256 bytes long")
+		assert.Equal(t, "m-1", pe.MessageID)
+	})
 	t.Run("null optionals are absent", func(t *testing.T) {
 		f := validRetryMessage()
 		for _, k := range []string{"message_id", "error_reason", "retry_count", "max_retries", "http_status", "retry_after_ms", "original_headers", "policy"} {

@@ -47,6 +47,10 @@ type recordingStarter struct {
 	gateAfter int64
 	started   atomic.Int64
 
+	// refused names a message whose every report hangs until its deadline, as a start that
+	// Temporal's store refuses does.
+	refused string
+
 	mu  sync.Mutex
 	ids map[string]int
 }
@@ -56,6 +60,14 @@ func newRecordingStarter() *recordingStarter {
 }
 
 func (s *recordingStarter) Report(ctx context.Context, r message.FailureReport) error {
+	if s.refused != "" && r.Message.MessageID == s.refused {
+		select {
+		case s.calls <- r.Message.MessageID:
+		default:
+		}
+		<-ctx.Done()
+		return ctx.Err()
+	}
 	if s.gate != nil && s.started.Add(1) > s.gateAfter {
 		select {
 		case <-s.gate:
@@ -127,8 +139,8 @@ func newFixture(t *testing.T, cfg Config) *fixture {
 	f.ch, err = f.admin.Channel()
 	require.NoError(t, err)
 	require.NoError(t, f.ch.Confirm(false))
-	for _, q := range []string{f.ingress, f.dlq} {
-		_, err := f.ch.QueueDeclare(q, true, false, false, false, nil)
+	for q, args := range map[string]amqp.Table{f.dlq: cfg.DeadLetterArgs, f.ingress: cfg.IngressArgs} {
+		_, err := f.ch.QueueDeclare(q, true, false, false, false, args)
 		require.NoError(t, err)
 	}
 	t.Cleanup(func() {
@@ -279,20 +291,24 @@ func TestIntegrationAcceptedAckedOnce(t *testing.T) {
 	assert.False(t, f.bridge.Ready())
 }
 
-func TestIntegrationStarterFailingLosesNothing(t *testing.T) {
-	f := newFixture(t, Config{})
+// While Temporal is down the bridge holds what it has: on a quorum queue that drops a message
+// returned twice, requeueing (the bridge before holding) lost every message of an outage.
+func TestIntegrationTemporalDownHoldsWithoutSpendingDeliveries(t *testing.T) {
+	f := newFixture(t, Config{Prefetch: 3, IngressArgs: amqp.Table{"x-queue-type": "quorum", "x-delivery-limit": 1}})
 	f.starter.failing.Store(true)
 	f.start()
 
-	f.publishRetry("fail-1")
+	const n = 6 // more than the prefetch: some held, the rest ready in the queue
+	for i := range n {
+		f.publishRetry(fmt.Sprintf("fail-%d", i))
+	}
 	f.waitCall(10 * time.Second)
-	// Paused: the delivery is back in the queue and the bridge is not consuming.
-	f.eventually("message requeued and bridge paused", 10*time.Second, func() bool {
-		return f.messages(f.ingress) == 1 && !f.bridge.Ready()
+	f.eventually("bridge holding", 10*time.Second, func() bool {
+		return outcomes(f.metrics, OutcomeHeld) >= 1 && !f.bridge.Ready()
 	})
 
-	// Backoff, not a spin: in 2 s of failures the doubling pause allows only a handful of tries.
-	window := time.After(2 * time.Second)
+	// Backoff, not a spin: in 3 s of failures the doubling probe allows only a handful of tries.
+	window := time.After(3 * time.Second)
 	tries := 1
 loop:
 	for {
@@ -303,18 +319,56 @@ loop:
 			break loop
 		}
 	}
-	assert.LessOrEqual(t, tries, 8, "Report attempts while Temporal is down")
-	assert.Equal(t, 0, f.starter.count("fail-1"))
+	assert.LessOrEqual(t, tries, 3+8, "Report attempts while Temporal is down")
+	assert.Equal(t, 0.0, outcomes(f.metrics, OutcomeRequeued), "nothing returned to the queue")
 
 	f.starter.failing.Store(false)
-	f.eventually("report accepted after recovery", 20*time.Second, func() bool { return f.starter.count("fail-1") == 1 })
+	for i := range n {
+		id := fmt.Sprintf("fail-%d", i)
+		f.eventually(id+" accepted after recovery", 30*time.Second, func() bool { return f.starter.count(id) == 1 })
+	}
 	f.eventually("bridge consuming again", 10*time.Second, f.bridge.Ready)
-	f.publishRetry("fail-2")
-	f.eventually("next message accepted", 10*time.Second, func() bool { return f.starter.count("fail-2") == 1 })
+	f.publishRetry("after-1")
+	f.eventually("next message accepted", 10*time.Second, func() bool { return f.starter.count("after-1") == 1 })
 
 	f.stop()
 	assert.Equal(t, 0, f.messages(f.ingress))
-	assert.GreaterOrEqual(t, outcomes(f.metrics, OutcomeRequeued), 1.0)
+	assert.Equal(t, 0, f.messages(f.dlq))
+	assert.Equal(t, float64(n+1), outcomes(f.metrics, OutcomeAccepted))
+}
+
+// A message whose report fails while Temporal answers is that message's problem: it is tried
+// ReportTries times, then dead-lettered as poison, and the messages behind it flow meanwhile.
+func TestIntegrationRefusedMessageDoesNotStallTheQueue(t *testing.T) {
+	f := newFixture(t, Config{ReportTimeout: 2 * time.Second, Probe: func(context.Context) error { return nil }})
+	f.starter.refused = "refused-1"
+	f.start()
+
+	f.publishRetry("refused-1")
+	require.Equal(t, "refused-1", f.waitCall(10*time.Second))
+	const n = 100
+	for i := range n {
+		f.publishRetry(fmt.Sprintf("behind-%03d", i))
+	}
+	f.eventually("the 100 behind it accepted", 20*time.Second, func() bool {
+		return outcomes(f.metrics, OutcomeAccepted) == n
+	})
+	assert.Equal(t, 0.0, outcomes(f.metrics, OutcomePoison), "all 100 went through while the refused one was still being tried")
+	assert.True(t, f.bridge.Ready())
+
+	f.eventually("refused message dead-lettered", 30*time.Second, func() bool { return outcomes(f.metrics, OutcomePoison) == 1 })
+	d, ok, err := f.ch.Get(f.dlq, true)
+	require.NoError(t, err)
+	require.True(t, ok)
+	var env message.Envelope
+	require.NoError(t, json.Unmarshal(d.Body, &env))
+	assert.Equal(t, "refused-1", env.MessageID)
+	assert.Equal(t, "poison", env.DeadReason)
+	assert.Contains(t, env.DeadDetail, fmt.Sprintf("report failed %d times while Temporal answered other calls", DefaultReportTries))
+	assert.Contains(t, env.DeadDetail, "context deadline exceeded")
+
+	f.stop()
+	assert.Equal(t, 0, f.messages(f.ingress))
 }
 
 func TestIntegrationPoisonAndOversize(t *testing.T) {
@@ -361,19 +415,20 @@ func TestIntegrationPoisonAndOversize(t *testing.T) {
 	assert.Equal(t, 0, f.messages(f.ingress), "poison, oversize and good message all acked")
 }
 
-func TestIntegrationDeadLetterPublishFailsRequeues(t *testing.T) {
+func TestIntegrationDeadLetterPublishFailsHolds(t *testing.T) {
 	f := newFixture(t, Config{})
 	// A dead-letter queue that cannot take the envelope must not cost the poison message.
 	f.bridge = New(f.bridge.cfg, f.dial, f.starter, failingPublisher{}, nil, f.metrics)
 	f.start()
 
 	f.publish(f.ingress, amqp.Publishing{ContentType: "text/plain", Body: []byte("junk")})
-	f.eventually("poison requeued and bridge paused", 10*time.Second, func() bool {
-		return outcomes(f.metrics, OutcomeRequeued) >= 1 && !f.bridge.Ready()
+	f.eventually("poison held and bridge holding", 10*time.Second, func() bool {
+		return outcomes(f.metrics, OutcomeHeld) >= 1 && !f.bridge.Ready()
 	})
 
 	f.stop()
-	assert.Equal(t, 1, f.messages(f.ingress))
+	assert.Equal(t, 1, f.messages(f.ingress), "requeued at shutdown")
+	assert.Equal(t, 1.0, outcomes(f.metrics, OutcomeRequeued))
 	assert.Equal(t, 0.0, outcomes(f.metrics, OutcomePoison))
 }
 

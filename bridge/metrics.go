@@ -13,8 +13,11 @@ const (
 	// OutcomePoison and OutcomeOversize: dead-lettered with a confirm, then acked.
 	OutcomePoison   = "poison"
 	OutcomeOversize = "oversize"
-	// OutcomeRequeued: nacked with requeue (Temporal or the dead-letter queue unavailable,
-	// or the bridge pausing or stopping); the broker delivers it again.
+	// OutcomeHeld: Temporal or the dead-letter queue was unavailable; the delivery is held
+	// unacked (not requeued, which would spend a quorum queue's delivery) and tried again
+	// after a probe. Counted each time it is held.
+	OutcomeHeld = "held"
+	// OutcomeRequeued: nacked with requeue (the bridge stopping); the broker delivers it again.
 	OutcomeRequeued = "requeued"
 	// OutcomeDroppedStale: its channel was gone when the outcome was known, so it was neither
 	// acked nor nacked; the broker redelivers it.
@@ -33,7 +36,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		deliveries: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "bridge_deliveries_total",
-			Help: "Deliveries from the ingress queue by outcome: accepted, poison, oversize, requeued, dropped_stale.",
+			Help: "Deliveries from the ingress queue by outcome: accepted, poison, oversize, held, requeued, dropped_stale.",
 		}, []string{"outcome"}),
 		// Labelled by original queue: queue names are operator-controlled, so the cardinality
 		// is bounded by the topology, not by traffic.
@@ -48,7 +51,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		m.deliveries = register(reg, m.deliveries)
 		m.scheduled = register(reg, m.scheduled)
 	}
-	for _, o := range []string{OutcomeAccepted, OutcomePoison, OutcomeOversize, OutcomeRequeued, OutcomeDroppedStale} {
+	for _, o := range []string{OutcomeAccepted, OutcomePoison, OutcomeOversize, OutcomeHeld, OutcomeRequeued, OutcomeDroppedStale} {
 		m.deliveries.WithLabelValues(o)
 	}
 	return m

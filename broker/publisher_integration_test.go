@@ -320,3 +320,47 @@ func TestDeclareQueues(t *testing.T) {
 
 	require.Error(t, DeclareQueues(Config{URL: rabbitURL()}, ""), "empty names are refused")
 }
+
+// A quorum ingress queue declared by the service keeps a message that ran out of deliveries:
+// the broker moves it to the dead-letter queue instead of dropping it.
+func TestQuorumIngressDeadLettersOverTheDeliveryLimit(t *testing.T) {
+	conn := testConn(t)
+	ingress, dlq := uniqueName(t, "ingress"), uniqueName(t, "dlq")
+	for _, q := range []string{ingress, dlq} {
+		t.Cleanup(func() { deleteQueue(t, q) })
+	}
+	cfg := Config{URL: rabbitURL(), QueueType: QueueTypeQuorum}
+	require.NoError(t, Declare(cfg, Topology(cfg, ingress, dlq)...))
+
+	ch, err := conn.Channel()
+	require.NoError(t, err)
+	require.NoError(t, ch.Confirm(false))
+	dc, err := ch.PublishWithDeferredConfirm("", ingress, true, false, amqp.Publishing{MessageId: "m-1", Body: []byte("body")})
+	require.NoError(t, err)
+	require.True(t, dc.Wait())
+
+	// Returned once more than the limit allows, as a bridge that keeps dying would.
+	for i := 0; i <= IngressDeliveryLimit; i++ {
+		var d amqp.Delivery
+		require.Eventually(t, func() bool {
+			var ok bool
+			d, ok, err = ch.Get(ingress, false)
+			require.NoError(t, err)
+			return ok
+		}, 10*time.Second, 10*time.Millisecond, "delivery %d", i)
+		require.NoError(t, d.Nack(false, true))
+	}
+	var dead amqp.Delivery
+	require.Eventually(t, func() bool {
+		var ok bool
+		dead, ok, err = ch.Get(dlq, true)
+		require.NoError(t, err)
+		return ok
+	}, 10*time.Second, 20*time.Millisecond, "the message is on the dead-letter queue")
+	assert.Equal(t, "m-1", dead.MessageId)
+	assert.Equal(t, []byte("body"), dead.Body)
+	assert.Contains(t, fmt.Sprint(dead.Headers["x-death"]), "delivery_limit")
+	q, err := ch.QueueDeclarePassive(ingress, true, false, false, false, nil)
+	require.NoError(t, err)
+	assert.Equal(t, 0, q.Messages)
+}

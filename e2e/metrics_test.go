@@ -103,6 +103,7 @@ func TestMetricsAfterScriptedRun(t *testing.T) {
 		series("bridge_deliveries_total", "outcome", "accepted"):                   7, // 3 + 3 reports of ex-1 + 1
 		series("bridge_deliveries_total", "outcome", "poison"):                     1,
 		series("bridge_deliveries_total", "outcome", "requeued"):                   0,
+		series("bridge_deliveries_total", "outcome", "held"):                       0,
 		series("bridge_failure_reports_total", "queue", orders):                    6,
 		series("bridge_failure_reports_total", "queue", slow):                      1,
 		series("retry_lateness_seconds_count"):                                     6,

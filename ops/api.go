@@ -378,7 +378,8 @@ func itemOf(e *workflowpb.WorkflowExecutionInfo) Item {
 	}
 	it.NextRetryAt = tm(workflows.SANextRetryTime.GetName())
 	it.DeadAt = tm(workflows.SADeadAt.GetName())
-	it.MessageID = strings.TrimPrefix(it.ID, "retry/"+it.Queue+"/")
+	// A hashed workflow ID does not name the message; enrich fills it from the state.
+	it.MessageID, _ = workflows.MessageIDOf(it.ID, it.Queue)
 	return it
 }
 

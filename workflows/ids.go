@@ -27,14 +27,47 @@ const (
 	QueryState = "state"
 )
 
-// MaxMessageIDLen is the longest message id used as given; longer ids get the fallback.
-const MaxMessageIDLen = 256
+// MaxMessageIDLen is the longest message id used as given; longer ids get the fallback. It
+// is AMQP's limit for the message-id property, which every republish carries (a longer one
+// could never be republished) and consumers report back.
+const MaxMessageIDLen = 255
+
+// MaxWorkflowIDLen is the longest workflow ID WorkflowID returns: Temporal's SQL stores
+// (PostgreSQL, MySQL) keep workflow_id at VARCHAR(255); a longer ID fails there on every
+// start while SQLite takes it.
+const MaxWorkflowIDLen = 255
+
+// workflowIDPrefix starts every workflow ID of a retry; hashedIDPrefix the hashed form.
+const (
+	workflowIDPrefix = "retry/"
+	hashedIDPrefix   = workflowIDPrefix + "sha256-"
+)
 
 // WorkflowID is the one workflow for a message on a queue: the message id qualified by the
 // original queue, so that two services failing on one fanned-out message are two retries,
 // and a redelivered report lands on the same workflow (dedup by ID).
+//
+// It is retry/<queue>/<message id> when that fits in MaxWorkflowIDLen bytes, else
+// retry/sha256-<64 hex of sha256(queue, 0x00, message id)>: the same message always maps to
+// the same ID, and the hashed form (one slash) never equals a plain one (two slashes). The
+// queue and the message id stay in the workflow's state and search attributes.
 func WorkflowID(originalQueue, messageID string) string {
-	return "retry/" + originalQueue + "/" + messageID
+	id := workflowIDPrefix + originalQueue + "/" + messageID
+	if len(id) <= MaxWorkflowIDLen {
+		return id
+	}
+	h := sha256.New()
+	h.Write([]byte(originalQueue))
+	h.Write([]byte{0})
+	h.Write([]byte(messageID))
+	return hashedIDPrefix + hex.EncodeToString(h.Sum(nil))
+}
+
+// MessageIDOf is WorkflowID's inverse for a plain ID: the message id, given the original
+// queue. ok is false for a hashed ID (the id is then only in the state) or an ID of another
+// queue.
+func MessageIDOf(workflowID, originalQueue string) (messageID string, ok bool) {
+	return strings.CutPrefix(workflowID, workflowIDPrefix+originalQueue+"/")
 }
 
 // FallbackMessageID is the documented id of a message that has no usable id (none, or

@@ -42,3 +42,27 @@ func TestStatusTerminal(t *testing.T) {
 		require.False(t, s.Terminal(), s)
 	}
 }
+
+func TestWorkflowIDFitsTheSQLStores(t *testing.T) {
+	queue := strings.Repeat("q", 255)
+	id := strings.Repeat("m", 256)
+	wid := WorkflowID(queue, id)
+	require.LessOrEqual(t, len(wid), MaxWorkflowIDLen)
+	require.Equal(t, wid, WorkflowID(queue, id), "deterministic")
+	require.True(t, strings.HasPrefix(wid, "retry/sha256-"), wid)
+	require.NotEqual(t, wid, WorkflowID(queue, id[1:]), "another message, another workflow")
+	require.NotEqual(t, wid, WorkflowID(queue[1:], id), "another queue, another workflow")
+	_, ok := MessageIDOf(wid, queue)
+	require.False(t, ok, "a hashed ID does not name the message")
+
+	// The longest plain ID is kept as it is, one byte more is hashed.
+	fit := strings.Repeat("m", MaxWorkflowIDLen-len("retry/orders/"))
+	require.Equal(t, "retry/orders/"+fit, WorkflowID("orders", fit))
+	require.True(t, strings.HasPrefix(WorkflowID("orders", fit+"m"), "retry/sha256-"))
+
+	got, ok := MessageIDOf(WorkflowID("orders", "m-1"), "orders")
+	require.True(t, ok)
+	require.Equal(t, "m-1", got)
+	_, ok = MessageIDOf(WorkflowID("orders", "m-1"), "billing")
+	require.False(t, ok)
+}
