@@ -83,11 +83,17 @@ type stack struct {
 
 func newStack(t *testing.T) *stack {
 	t.Helper()
+	return newStackOn(t, devserver.StartForTest(t))
+}
+
+// newStackOn is newStack on a given Temporal server (one the test owns, to kill it).
+func newStackOn(t *testing.T, temporal *devserver.Server) *stack {
+	t.Helper()
 	b := make([]byte, 4)
 	_, _ = rand.Read(b)
 	prefix := "e2e-" + hex.EncodeToString(b)
 	s := &stack{t: t, prefix: prefix, ingress: prefix + ".retry", dlq: prefix + ".dead"}
-	s.temporal = devserver.StartForTest(t)
+	s.temporal = temporal
 
 	dir := t.TempDir()
 	pf := filepath.Join(dir, "policies.yaml")
@@ -113,7 +119,8 @@ func newStack(t *testing.T) *stack {
 	t.Cleanup(s.tc.Close)
 	s.pub = broker.NewPublisher(broker.Config{URL: rabbitURL(), ConnectionName: "e2e-test"}, discard())
 	t.Cleanup(func() { _ = s.pub.Close() })
-	require.NoError(t, broker.DeclareQueues(broker.Config{URL: rabbitURL()}, s.ingress, s.dlq))
+	bc := broker.Config{URL: rabbitURL()}
+	require.NoError(t, broker.Declare(bc, broker.Topology(bc, s.ingress, s.dlq)...))
 	t.Cleanup(func() { s.deleteQueues(s.ingress, s.dlq) })
 	return s
 }

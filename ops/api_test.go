@@ -212,7 +212,7 @@ func newHarness(t *testing.T, states ...workflows.State) *harness {
 	api, err := NewAPI(APIConfig{Client: fake, Auth: auth, TaskQueue: "tq", ActionWait: time.Second, ReplayRate: 1000,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Now: func() time.Time { return t0 }})
 	require.NoError(t, err)
-	mux := Handler(prometheus.NewRegistry(), nil)
+	mux := Handler(prometheus.NewRegistry(), nil, nil)
 	api.Register(mux)
 	return &harness{t: t, fake: fake, srv: mux}
 }

@@ -14,6 +14,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/log"
+	sdkworker "go.temporal.io/sdk/worker"
 	"golang.org/x/sync/errgroup"
 
 	"retry-scheduler/activities"
@@ -27,7 +28,17 @@ import (
 	"retry-scheduler/workflows"
 )
 
-// Run runs the configured mode until ctx is done, then shuts down gracefully.
+// After a fatal worker error (see worker.Fatal) the process is no longer alive: /healthz and
+// /readyz answer 503 at once, the ops server keeps answering for fatalLinger, and the worker,
+// the bridge and the server stop; stopping the worker is waited for at most fatalStopWait
+// from the error.
+const (
+	fatalLinger   = 3 * time.Second
+	fatalStopWait = 20 * time.Second
+)
+
+// Run runs the configured mode until ctx is done, then shuts down gracefully. A fatal worker
+// error shuts it down too, and Run then returns that error.
 func Run(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 	runOps := cfg.Mode == "all" || cfg.Mode == "bridge"
 	var auth *ops.Auth
@@ -65,12 +76,14 @@ func Run(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 		PublishTimeout: cfg.PublishTimeout,
 		QueueType:      cfg.QueueType,
 	}
-	if err := broker.DeclareQueues(bcfg, cfg.RetryQueue, cfg.ManualReviewQueue); err != nil {
+	if err := broker.Declare(bcfg, broker.Topology(bcfg, cfg.RetryQueue, cfg.ManualReviewQueue)...); err != nil {
 		return fmt.Errorf("declare topology: %w", err)
 	}
 	pub := broker.NewPublisher(bcfg, logger.With("component", "publisher"))
 	defer pub.Close()
 
+	// live checks fail only where a restart is the cure; checks are the readiness checks.
+	live := map[string]ops.Check{}
 	checks := map[string]ops.Check{
 		"temporal": func(ctx context.Context) error {
 			_, err := tc.CheckHealth(ctx, &client.CheckHealthRequest{})
@@ -81,15 +94,28 @@ func Run(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 
 	runWorker := cfg.Mode == "all" || cfg.Mode == "worker"
 	runBridge := cfg.Mode == "all" || cfg.Mode == "bridge"
+	fatal := worker.NewFatal()
 	if runWorker {
 		acts := &activities.Activities{Publisher: pub, History: history{client: tc, namespace: cfg.Namespace}, Logger: logger.With("component", "activities"), Metrics: activities.NewMetrics(reg)}
-		w := worker.New(tc, worker.Options{TaskQueue: cfg.TaskQueue, StopTimeout: cfg.WorkerStopTimeout, WorkflowPollers: cfg.WorkflowPollers}, acts)
+		w := worker.New(tc, worker.Options{TaskQueue: cfg.TaskQueue, StopTimeout: cfg.WorkerStopTimeout, WorkflowPollers: cfg.WorkflowPollers,
+			OnFatalError: func(err error) {
+				fatal.Report(err)
+				logger.Error("worker stopped on a fatal error; shutting down", "component", "worker", "task_queue", cfg.TaskQueue, "error", err)
+			}}, acts)
 		if err := w.Start(); err != nil {
 			return fmt.Errorf("start worker: %w", err)
 		}
-		// Stop waits up to the stop timeout for in-flight publishes.
-		defer w.Stop()
+		defer stopWorker(w, fatal, logger)
 		logger.Info("worker started", "task_queue", cfg.TaskQueue)
+		live["worker"] = fatal.Check
+		g.Go(func() error {
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-fatal.Done():
+				return fmt.Errorf("worker on task queue %q stopped on a fatal error: %w", cfg.TaskQueue, fatal.Err())
+			}
+		})
 	}
 	if runBridge {
 		catalog, err := loadCatalog(cfg)
@@ -102,6 +128,9 @@ func Run(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 			DeadLetterQueue: cfg.ManualReviewQueue,
 			Prefetch:        cfg.Prefetch,
 			Workers:         cfg.BridgeWorkers,
+			Probe:           temporalProbe(tc),
+			IngressArgs:     broker.IngressArgs(bcfg, cfg.ManualReviewQueue),
+			DeadLetterArgs:  broker.QueueArgs(bcfg),
 			Decode: bridge.DecodeOptions{
 				MaxMessageBytes:        cfg.MaxMessageBytes,
 				Resolver:               catalog,
@@ -124,7 +153,7 @@ func Run(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 		g.Go(func() error { return depth.Run(ctx) })
 	}
 
-	mux := ops.Handler(reg, checks)
+	mux := ops.Handler(reg, live, checks)
 	if runOps {
 		if err := mountOpsAPI(mux, cfg, tc, topts.DataConverter, auth, logger.With("component", "ops")); err != nil {
 			return err
@@ -150,11 +179,36 @@ func Run(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 	})
 	g.Go(func() error {
 		<-ctx.Done()
+		if at := fatal.At(); !at.IsZero() {
+			// Probes see the 503 before the port closes.
+			t := time.NewTimer(time.Until(at.Add(fatalLinger)))
+			<-t.C
+		}
 		shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		return srv.Shutdown(shutdownCtx)
 	})
 	return g.Wait()
+}
+
+// stopWorker stops w, waiting up to its stop timeout for in-flight publishes. After a fatal
+// error the SDK is stopping it already: it waits for that until fatalStopWait after the error,
+// then leaves it to finish alone, so that the process can exit.
+func stopWorker(w sdkworker.Worker, fatal *worker.Fatal, logger *slog.Logger) {
+	at := fatal.At()
+	if at.IsZero() {
+		w.Stop()
+		return
+	}
+	stopped := make(chan struct{})
+	go func() { w.Stop(); close(stopped) }()
+	t := time.NewTimer(time.Until(at.Add(fatalStopWait)))
+	defer t.Stop()
+	select {
+	case <-stopped:
+	case <-t.C:
+		logger.Warn("worker still stopping; not waiting longer", "component", "worker", "waited", fatalStopWait)
+	}
 }
 
 // loadCatalog is the built-in catalogue and the policy file. DEFAULT_MAX_RETRIES,

@@ -29,6 +29,10 @@ type Options struct {
 	WorkflowPollers int
 	// MaxConcurrentLocalActivities bounds concurrent publishes. Defaults to 256.
 	MaxConcurrentLocalActivities int
+	// OnFatalError is called once, on its own goroutine, with the error that stopped the
+	// worker for good (the SDK stops the worker when it returns); it must not block. Fatal.Report
+	// fits. Defaults to nil: the worker stops and nobody is told.
+	OnFatalError func(error)
 }
 
 func (o Options) withDefaults() Options {
@@ -66,6 +70,7 @@ func SDKOptions(o Options) sdkworker.Options {
 		WorkerStopTimeout:                       o.StopTimeout,
 		MaxConcurrentWorkflowTaskPollers:        o.WorkflowPollers,
 		MaxConcurrentLocalActivityExecutionSize: o.MaxConcurrentLocalActivities,
+		OnFatalError:                            o.OnFatalError,
 	}
 }
 
