@@ -1,7 +1,9 @@
 # retry-scheduler. `make` lists the targets.
 #
 # Local stack: the Temporal CLI's dev server (SQLite file, Web UI) started by
-# ./cmd/devserver, plus the RabbitMQ at $(RABBITMQ_URL).
+# ./cmd/devserver, plus the RabbitMQ at $(RABBITMQ_URL). With TEMPORAL=postgres, the
+# Temporal server on the PostgreSQL at $(TEMPORAL_POSTGRES_HOST):$(TEMPORAL_POSTGRES_PORT)
+# instead (./cmd/devserver -engine postgres).
 
 SHELL := /bin/bash
 .DEFAULT_GOAL := help
@@ -12,25 +14,45 @@ WORKFLOWCHECK_VERSION := v0.6.0
 CACHE ?= $(HOME)/.cache/retry-scheduler
 TEMPORAL_CLI := $(CACHE)/bin/temporal
 WORKFLOWCHECK := $(CACHE)/bin/workflowcheck
+# The Temporal server and its SQL schema tool, for the postgres engine: the server version
+# the CLI's dev server embeds (devserver.ServerVersion). Their schemas are embedded in the
+# tool, so nothing else is copied.
+TEMPORAL_SERVER_VERSION := v1.29.1
+TEMPORAL_SERVER_DIR := $(CACHE)/temporal-server-$(TEMPORAL_SERVER_VERSION)
+TEMPORAL_SERVER_BINS := $(TEMPORAL_SERVER_DIR)/bin/server $(TEMPORAL_SERVER_DIR)/bin/sql
+# The engine of `make run`: dev (the CLI's dev server, Web UI) or postgres.
+TEMPORAL ?= dev
+# The PostgreSQL of the postgres engine (its password only from the environment:
+# TEMPORAL_POSTGRES_PASSWORD).
+TEMPORAL_POSTGRES_HOST ?= 127.0.0.1
+TEMPORAL_POSTGRES_PORT ?= 5432
+TEMPORAL_POSTGRES_USER ?= postgres
 RABBITMQ_URL ?= amqp://guest:guest@127.0.0.1:5672/
 # Frontend port of the dev server `make run` uses (or reuses); UI on port+1000.
 TEMPORAL_PORT ?= 7233
 # How long fuzz-short (part of make test) and fuzz run each Fuzz target.
 FUZZ_TIME ?= 10s
 FUZZ_LONG_TIME ?= 2m
-# Passed to the integration tier's go test.
+# Passed to the integration tier's go test, and to test-e2e-postgres's.
 INTEGRATION_TIMEOUT ?= 30m
+E2E_TIMEOUT ?= 15m
+# e2e tests the PostgreSQL pass leaves to the dev-server pass: what they check does not depend
+# on the engine (the SDK's fatal-error grace alone takes three minutes).
+E2E_POSTGRES_SKIP ?= ^TestFatalWorkerErrorEndsTheProcess$$
 
-# cmd/devserver and the devserver package find the CLI through $TEMPORAL_CLI.
+# cmd/devserver and the devserver package find the CLI through $TEMPORAL_CLI, the server
+# and schema tool through $TEMPORAL_SERVER_DIR, PostgreSQL through $TEMPORAL_POSTGRES_*.
 export TEMPORAL_CLI
+export TEMPORAL_SERVER_DIR
+export TEMPORAL_POSTGRES_HOST TEMPORAL_POSTGRES_PORT TEMPORAL_POSTGRES_USER
 export RABBITMQ_URL
 
-.PHONY: help tools chromium rabbitmq build run test test-unit test-integration lint demo bench soak fuzz fuzz-short clean
+.PHONY: help tools temporal-server chromium rabbitmq build run test test-unit test-integration test-e2e-postgres lint demo bench soak fuzz fuzz-short clean
 
 help: ## List the targets
 	@echo "retry-scheduler: make <target>"
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-17s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
-	@echo "Variables (make VAR=value): CACHE RABBITMQ_URL TEMPORAL_PORT FUZZ_TIME FUZZ_LONG_TIME INTEGRATION_TIMEOUT"
+	@echo "Variables (make VAR=value): CACHE RABBITMQ_URL TEMPORAL TEMPORAL_PORT TEMPORAL_POSTGRES_HOST TEMPORAL_POSTGRES_PORT TEMPORAL_POSTGRES_USER FUZZ_TIME FUZZ_LONG_TIME INTEGRATION_TIMEOUT E2E_TIMEOUT"
 
 $(TEMPORAL_CLI):
 	@echo "Installing the Temporal CLI $(TEMPORAL_VERSION) into $(CACHE)/bin (several minutes the first time)"
@@ -42,6 +64,14 @@ $(WORKFLOWCHECK):
 		|| echo "warning: workflowcheck did not install; make lint will skip it"
 
 tools: $(TEMPORAL_CLI) $(WORKFLOWCHECK) chromium ## Install the Temporal CLI (dev server) and workflowcheck into $(CACHE)/bin, and chromium
+
+# One go install builds both (they share most of their packages); a file target, so later
+# runs reuse them.
+$(TEMPORAL_SERVER_BINS) &:
+	@echo "Installing the Temporal server $(TEMPORAL_SERVER_VERSION) and its SQL schema tool into $(TEMPORAL_SERVER_DIR)/bin (several minutes the first time)"
+	GOBIN=$(TEMPORAL_SERVER_DIR)/bin $(GO) install go.temporal.io/server/cmd/server@$(TEMPORAL_SERVER_VERSION) go.temporal.io/server/cmd/tools/sql@$(TEMPORAL_SERVER_VERSION)
+
+temporal-server: $(TEMPORAL_SERVER_BINS) ## Install the Temporal server and its schema tool (the postgres engine) into $(CACHE)/temporal-server-$(TEMPORAL_SERVER_VERSION)/bin
 
 # The ops page's browser test (e2e/browser_test.go) drives Debian's chromium; without it
 # the test skips with a message.
@@ -74,24 +104,45 @@ rabbitmq: ## Make sure RabbitMQ answers at RABBITMQ_URL (starts a local rabbitmq
 build: ## Build all commands into bin/
 	$(GO) build -o bin/ ./cmd/...
 
+# The server (dev or postgres, by TEMPORAL) of `make run`: its devserver flags, its name in
+# messages, and how many tenths of a second to wait for it (postgres: schema set-up too).
+ifeq ($(TEMPORAL),postgres)
+RUN_DEPS := $(TEMPORAL_SERVER_BINS)
+RUN_SERVER_FLAGS = -engine postgres -port $(TEMPORAL_PORT)
+RUN_SERVER_NAME := Temporal server $(TEMPORAL_SERVER_VERSION) on PostgreSQL
+RUN_WAIT_TICKS := 3000
+else
+RUN_DEPS := $(TEMPORAL_CLI)
+RUN_SERVER_FLAGS = -port $(TEMPORAL_PORT) -ui-port $$(( $(TEMPORAL_PORT) + 1000 ))
+RUN_SERVER_NAME := Temporal dev server
+RUN_WAIT_TICKS := 900
+endif
+
 # The dev server is built, not `go run`: go run does not pass SIGTERM on, and would
 # leave the server behind. cmd/devserver reuses (exit 0) a healthy frontend already on
-# the port, in which case nothing is stopped at the end.
-run: $(TEMPORAL_CLI) rabbitmq ## Run locally: the Temporal dev server (UI on :8233) and `retry-scheduler all`
+# the port, in which case nothing is stopped at the end. TEMPORAL=postgres runs the
+# Temporal server on PostgreSQL instead (cmd/devserver's durable databases,
+# retry_scheduler_temporal and _visibility, upgraded in place at each start; no Web UI).
+run: $(RUN_DEPS) rabbitmq ## Run locally: the Temporal dev server (UI on :8233; TEMPORAL=postgres: on PostgreSQL) and `retry-scheduler all`
 	@set -uo pipefail; mkdir -p $(CACHE) bin; \
+	case "$(TEMPORAL)" in dev|postgres) ;; *) echo "TEMPORAL=$(TEMPORAL): want dev or postgres" >&2; exit 2;; esac; \
 	$(GO) build -o bin/devserver ./cmd/devserver || exit 1; \
 	addr_file=$(CACHE)/devserver.addr; rm -f $$addr_file; \
-	bin/devserver -port $(TEMPORAL_PORT) -ui-port $$(( $(TEMPORAL_PORT) + 1000 )) -addr-file $$addr_file >> $(CACHE)/devserver.log 2>&1 & pid=$$!; \
-	stop_server() { if kill -0 $$pid 2>/dev/null; then echo "Stopping the Temporal dev server"; kill -TERM $$pid; wait $$pid; fi; }; \
+	bin/devserver $(RUN_SERVER_FLAGS) -addr-file $$addr_file >> $(CACHE)/devserver.log 2>&1 & pid=$$!; \
+	stop_server() { if kill -0 $$pid 2>/dev/null; then echo "Stopping the $(RUN_SERVER_NAME)"; kill -TERM $$pid; wait $$pid; fi; }; \
 	trap stop_server EXIT; trap 'exit 130' INT TERM; \
-	for i in $$(seq 1 900); do \
+	for i in $$(seq 1 $(RUN_WAIT_TICKS)); do \
 		[ -s $$addr_file ] && break; \
-		if ! kill -0 $$pid 2>/dev/null; then echo "The Temporal dev server did not start; $(CACHE)/devserver.log says:" >&2; tail -n 30 $(CACHE)/devserver.log >&2; exit 1; fi; \
+		if ! kill -0 $$pid 2>/dev/null; then echo "The $(RUN_SERVER_NAME) did not start; $(CACHE)/devserver.log says:" >&2; tail -n 30 $(CACHE)/devserver.log >&2; exit 1; fi; \
 		sleep 0.1; \
 	done; \
-	[ -s $$addr_file ] || { echo "The Temporal dev server did not answer within 90s; see $(CACHE)/devserver.log" >&2; exit 1; }; \
+	[ -s $$addr_file ] || { echo "The $(RUN_SERVER_NAME) did not answer within $$(( $(RUN_WAIT_TICKS) / 10 ))s; see $(CACHE)/devserver.log" >&2; exit 1; }; \
 	addr=$$(cat $$addr_file); \
-	echo "Temporal at $$addr; Web UI http://127.0.0.1:$$(( $(TEMPORAL_PORT) + 1000 )) (dev server log: $(CACHE)/devserver.log)"; \
+	if [ "$(TEMPORAL)" = postgres ]; then \
+		echo "$(RUN_SERVER_NAME) at $$addr; no Web UI on this engine (devserver log: $(CACHE)/devserver.log)"; \
+	else \
+		echo "Temporal at $$addr; Web UI http://127.0.0.1:$$(( $(TEMPORAL_PORT) + 1000 )) (dev server log: $(CACHE)/devserver.log)"; \
+	fi; \
 	api_tokens=$${API_TOKENS:-}; \
 	if [ -z "$$api_tokens" ] && [ -z "$${API_TOKENS_FILE:-}" ] && [ "$${API_AUTH:-}" != off ]; then \
 		dev_token=$$(head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n'); api_tokens="dev:admin=$$dev_token"; \
@@ -99,7 +150,7 @@ run: $(TEMPORAL_CLI) rabbitmq ## Run locally: the Temporal dev server (UI on :82
 	fi; \
 	API_TOKENS=$$api_tokens TEMPORAL_ADDRESS=$$addr $(GO) run ./cmd/retry-scheduler all
 
-test: tools rabbitmq ## go vet, unit tests, integration tests on one dev server, short fuzz runs
+test: tools temporal-server rabbitmq ## go vet, unit tests, integration tests on one dev server (e2e again on PostgreSQL), short fuzz runs
 	@status=0; \
 	echo "== go vet"; $(GO) vet ./... || status=1; \
 	$(MAKE) --no-print-directory test-unit || status=1; \
@@ -112,24 +163,55 @@ test-unit: ## Unit tier: go test -race -cover ./... (no network)
 	@echo "== unit tests"
 	$(GO) test -race -cover ./...
 
-# One dev server (free port, no UI, temp DB) for all packages, named by TEMPORAL_ADDRESS;
-# stopped at the end whatever happens.
-test-integration: tools rabbitmq ## Integration tier (-tags integration) against one shared dev server
-	@set -uo pipefail; tmp=$$(mktemp -d); \
-	$(GO) build -o $$tmp/devserver ./cmd/devserver || exit 1; \
-	$$tmp/devserver -for-test -db $$tmp/temporal.db -addr-file $$tmp/addr > $$tmp/devserver.out 2>&1 & pid=$$!; \
-	cleanup() { kill -TERM $$pid 2>/dev/null && wait $$pid; rm -rf $$tmp; }; \
-	trap cleanup EXIT; trap 'exit 130' INT TERM; \
-	for i in $$(seq 1 900); do \
-		[ -s $$tmp/addr ] && break; \
-		if ! kill -0 $$pid 2>/dev/null; then echo "The Temporal dev server did not start:" >&2; cat $$tmp/devserver.out >&2; exit 1; fi; \
+# A shell function of the recipes below: await FILE PID TICKS NAME OUTPUT waits up to TICKS
+# tenths of a second for the server process PID to write its address to FILE, and shows
+# OUTPUT when it exits or does not answer in time.
+AWAIT_ADDR = await() { \
+	for i in $$(seq 1 $$3); do \
+		[ -s $$1 ] && return 0; \
+		if ! kill -0 $$2 2>/dev/null; then echo "The $$4 did not start:" >&2; cat $$5 >&2; return 1; fi; \
 		sleep 0.1; \
 	done; \
-	[ -s $$tmp/addr ] || { echo "The Temporal dev server did not answer within 90s" >&2; cat $$tmp/devserver.out >&2; exit 1; }; \
+	echo "The $$4 did not answer within $$(( $$3 / 10 ))s" >&2; cat $$5 >&2; return 1; \
+}
+
+# One dev server (free port, no UI, temp DB) for all packages, named by TEMPORAL_ADDRESS,
+# stopped when the tier ends whatever happens; then test-e2e-postgres. Both results are
+# printed.
+test-integration: tools temporal-server rabbitmq ## Integration tier (-tags integration) against one shared dev server, then test-e2e-postgres
+	@set -uo pipefail; tmp=$$(mktemp -d); pid=; \
+	cleanup() { if [ -n "$$pid" ]; then kill -TERM $$pid 2>/dev/null && wait $$pid; fi; rm -rf $$tmp; }; \
+	trap cleanup EXIT; trap 'exit 130' INT TERM; \
+	$(AWAIT_ADDR); \
+	$(GO) build -o $$tmp/devserver ./cmd/devserver || exit 1; \
+	$$tmp/devserver -for-test -db $$tmp/temporal.db -addr-file $$tmp/addr > $$tmp/devserver.out 2>&1 & pid=$$!; \
+	await $$tmp/addr $$pid 900 "Temporal dev server" $$tmp/devserver.out || exit 1; \
 	export TEMPORAL_ADDRESS=$$(cat $$tmp/addr); \
 	echo "== integration tests against the Temporal dev server at $$TEMPORAL_ADDRESS (pid $$pid)"; \
 	$(GO) test -race -tags integration -timeout $(INTEGRATION_TIMEOUT) -p 1 ./...; rc=$$?; \
 	if [ $$rc != 0 ]; then echo "--- Temporal dev server log (last lines) ---"; tail -n 40 $$tmp/temporal.db.log; fi; \
+	kill -TERM $$pid 2>/dev/null && wait $$pid; pid=; unset TEMPORAL_ADDRESS; \
+	$(MAKE) --no-print-directory test-e2e-postgres; pgrc=$$?; \
+	result() { if [ $$1 = 0 ]; then echo ok; else echo FAILED; fi; }; \
+	echo "== integration tests on the Temporal dev server: $$(result $$rc)"; \
+	echo "== e2e tests on Temporal $(TEMPORAL_SERVER_VERSION) on PostgreSQL: $$(result $$pgrc)"; \
+	[ $$rc = 0 ] && [ $$pgrc = 0 ]
+
+# The e2e package against one Temporal server on PostgreSQL (free port, temporary databases
+# dropped at the end), with TEMPORAL_ENGINE=postgres so that a test starting its own server
+# gets one of the same engine.
+test-e2e-postgres: temporal-server rabbitmq ## e2e tests (-tags integration) against the Temporal server on PostgreSQL
+	@set -uo pipefail; tmp=$$(mktemp -d); pid=; \
+	cleanup() { if [ -n "$$pid" ]; then kill -TERM $$pid 2>/dev/null && wait $$pid; fi; rm -rf $$tmp; }; \
+	trap cleanup EXIT; trap 'exit 130' INT TERM; \
+	$(AWAIT_ADDR); \
+	$(GO) build -o $$tmp/devserver ./cmd/devserver || exit 1; \
+	$$tmp/devserver -engine postgres -for-test -log $$tmp/temporal.log -addr-file $$tmp/addr > $$tmp/devserver.out 2>&1 & pid=$$!; \
+	await $$tmp/addr $$pid 3000 "Temporal server $(TEMPORAL_SERVER_VERSION) on PostgreSQL" $$tmp/devserver.out || exit 1; \
+	export TEMPORAL_ADDRESS=$$(cat $$tmp/addr) TEMPORAL_ENGINE=postgres; \
+	echo "== e2e tests against Temporal $(TEMPORAL_SERVER_VERSION) on PostgreSQL at $$TEMPORAL_ADDRESS (pid $$pid; $$(sed -n 's/^Databases: //p' $$tmp/devserver.out))"; \
+	$(GO) test -race -tags integration -timeout $(E2E_TIMEOUT) -p 1 -skip '$(E2E_POSTGRES_SKIP)' ./e2e/; rc=$$?; \
+	if [ $$rc != 0 ]; then echo "--- Temporal server log (last lines) ---"; tail -n 40 $$tmp/temporal.log; fi; \
 	exit $$rc
 
 # Runs every Fuzz target of every package that has one, $(1) each; failures are
@@ -176,7 +258,7 @@ bench: $(TEMPORAL_CLI) rabbitmq ## Benchmark: ceiling, ladder, sustained, burst 
 
 # Built, not `go run`, so that a SIGTERM reaches the soak, which then stops its processes
 # and always leaves RabbitMQ running. Flags through SOAK_FLAGS, e.g. SOAK_FLAGS='-n 500 -kills 6'.
-soak: tools rabbitmq ## Fault soak: 10,000 messages through the pipeline under kills, restarts and network faults (soak/README.md)
+soak: tools rabbitmq $(if $(findstring postgres,$(SOAK_FLAGS)),temporal-server) ## Fault soak: 10,000 messages through the pipeline under kills, restarts and network faults (soak/README.md)
 	@mkdir -p $(CACHE)/bin && $(GO) build -o $(CACHE)/bin/soak ./soak && $(CACHE)/bin/soak $(SOAK_FLAGS)
 
 clean: ## Remove bin/ and coverage files

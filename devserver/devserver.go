@@ -1,7 +1,13 @@
-// Package devserver starts and stops a local `temporal server start-dev` (the Temporal
-// CLI's development server, with the Web UI and a SQLite file store) for `make run`,
-// integration tests and benchmarks. The server registers this project's search
-// attributes at start, so the Web UI and `temporal workflow list --query` work at once.
+// Package devserver starts and stops a local Temporal server for `make run`, integration
+// tests, benchmarks and the soak, on one of two engines:
+//
+//   - EngineDev (the default): `temporal server start-dev`, the Temporal CLI's development
+//     server, with the Web UI and a SQLite file store;
+//   - EnginePostgres: the Temporal server built from go.temporal.io/server (ServerVersion)
+//     with PostgreSQL persistence and SQL visibility (postgres.go, pgschema.go).
+//
+// The server registers this project's search attributes at start, so the Web UI and
+// `temporal workflow list --query` work at once.
 package devserver
 
 import (
@@ -38,29 +44,76 @@ const (
 // (one named by TEMPORAL_ADDRESS).
 var ErrNotOwned = errors.New("devserver: the server was not started by this process")
 
+// Engine names the Temporal server Start runs.
+type Engine string
+
+const (
+	// EngineDev is the Temporal CLI's dev server (`temporal server start-dev`): a SQLite
+	// file store and the Web UI.
+	EngineDev Engine = "dev"
+	// EnginePostgres is the Temporal server ServerVersion (go.temporal.io/server's
+	// cmd/server) with PostgreSQL persistence and SQL visibility; no Web UI.
+	EnginePostgres Engine = "postgres"
+)
+
+// ServerName is how messages name the engine's server: "Temporal dev server", or
+// "Temporal server v1.29.1 on PostgreSQL".
+func (e Engine) ServerName() string {
+	if e == EnginePostgres {
+		return "Temporal server " + ServerVersion + " on PostgreSQL"
+	}
+	return "Temporal dev server"
+}
+
+// ParseEngine reads an engine name: "" and "dev" are EngineDev, "postgres" is
+// EnginePostgres.
+func ParseEngine(name string) (Engine, error) {
+	switch Engine(name) {
+	case "", EngineDev:
+		return EngineDev, nil
+	case EnginePostgres:
+		return EnginePostgres, nil
+	}
+	return "", fmt.Errorf("devserver: unknown engine %q (want %s or %s)", name, EngineDev, EnginePostgres)
+}
+
 // Options says how to start the dev server. The zero value is usable.
 type Options struct {
+	// Engine is the server to run. Defaults to EngineDev.
+	Engine Engine
 	// Binary is the Temporal CLI. Defaults to $TEMPORAL_CLI, else
 	// $XDG_CACHE_HOME (or ~/.cache) + /retry-scheduler/bin/temporal (see DefaultBinary).
+	// EnginePostgres ignores it (see PostgresOptions.Dir).
 	Binary string
 	// Port is the frontend gRPC port. 0 picks a free port.
 	Port int
 	// UIPort is the Web UI port. 0 means Port+1000 (a free port if that is above 65535);
-	// -1 means no UI (--headless).
+	// -1 means no UI (--headless). EnginePostgres has no UI and ignores it.
 	UIPort int
 	// DBFile is the SQLite file. "" means a file in a new temporary directory, which
-	// Stop removes.
+	// Stop removes. EnginePostgres ignores it (see PostgresOptions.Database).
 	DBFile string
 	// Namespace is created at start. Defaults to "default".
 	Namespace string
-	// LogFile receives the server's output (appended). Defaults to DBFile+".log".
+	// Retention is the workflow retention of the namespace when EnginePostgres registers
+	// it (an existing namespace keeps its own). Defaults to DefaultRetention.
+	Retention time.Duration
+	// LogFile receives the server's output (appended). Defaults to DBFile+".log"; for
+	// EnginePostgres, to a file in the server's temporary directory, which Stop removes.
 	LogFile string
 	// ExtraArgs are appended to the start-dev command line (e.g. --dynamic-config-value).
+	// EnginePostgres accepts only "--dynamic-config-value", "key=value" pairs.
 	ExtraArgs []string
+	// Postgres says where EnginePostgres keeps its data. The zero value is a temporary
+	// pair of databases on the local PostgreSQL.
+	Postgres PostgresOptions
 }
 
 // Server is a running (or stopped) dev server.
 type Server struct {
+	// Engine is the server's engine. For a server this process did not start, it is what
+	// $TEMPORAL_ENGINE says (StartForTest), or "".
+	Engine Engine
 	// Address is the frontend's host:port.
 	Address string
 	// UIAddress is the Web UI's host:port; "" when headless.
@@ -71,9 +124,12 @@ type Server struct {
 	DBFile string
 	// LogFile is the file the server's output goes to.
 	LogFile string
+	// Database and VisibilityDatabase are EnginePostgres's databases.
+	Database, VisibilityDatabase string
 
 	opts    Options // resolved
-	tempDir string  // removed by Stop when DBFile was not given
+	tempDir string  // removed by Stop when DBFile was not given (always, for EnginePostgres)
+	pg      *pgState
 	// fourReadPartitions: DBFile existed without onePartitionMark (see resolve).
 	fourReadPartitions bool
 	// markOnePartition: start writes onePartitionMark (one partition, not overridden).
@@ -98,6 +154,12 @@ func DefaultBinary() string {
 	if p := os.Getenv("TEMPORAL_CLI"); p != "" {
 		return p
 	}
+	return filepath.Join(cacheDir(), "bin", "temporal")
+}
+
+// cacheDir is the Makefile's $(CACHE): $XDG_CACHE_HOME/retry-scheduler, else
+// ~/.cache/retry-scheduler.
+func cacheDir() string {
 	cache := os.Getenv("XDG_CACHE_HOME")
 	if cache == "" {
 		home, err := os.UserHomeDir()
@@ -106,27 +168,66 @@ func DefaultBinary() string {
 		}
 		cache = filepath.Join(home, ".cache")
 	}
-	return filepath.Join(cache, "retry-scheduler", "bin", "temporal")
+	return filepath.Join(cache, "retry-scheduler")
 }
 
-// Start starts `temporal server start-dev` and returns once its frontend answers a
-// health check (at most ReadyTimeout, or until ctx ends). The process keeps running
-// after ctx ends; stop it with Stop.
+// Start starts the server of o.Engine and returns once its frontend answers a health
+// check and knows the namespace (at most ReadyTimeout, or until ctx ends). For
+// EnginePostgres it first creates or upgrades the databases (at most SchemaTimeout), then
+// waits at most PostgresReadyTimeout, registering the namespace and the search attributes
+// when they are missing. The process keeps running after ctx ends; stop it with Stop.
 func Start(ctx context.Context, o Options) (*Server, error) {
 	s := &Server{}
-	if err := s.resolve(o); err != nil {
-		return nil, err
+	err := s.resolve(o)
+	if err == nil {
+		err = s.prepare(ctx)
 	}
-	if err := s.start(ctx); err != nil {
-		if s.tempDir != "" {
-			_ = os.RemoveAll(s.tempDir)
+	if err == nil {
+		err = s.start(ctx)
+	}
+	if err != nil {
+		if cerr := s.cleanUp(); cerr != nil {
+			err = errors.Join(err, cerr)
 		}
 		return nil, err
 	}
 	return s, nil
 }
 
+// prepare does what comes before the first start: EnginePostgres's databases.
+func (s *Server) prepare(ctx context.Context) error {
+	if s.Engine == EnginePostgres {
+		return s.preparePostgres(ctx)
+	}
+	return nil
+}
+
+// cleanUp removes what Start made for this server alone: the temporary directory and
+// EnginePostgres's temporary databases.
+func (s *Server) cleanUp() error {
+	var err error
+	if s.Engine == EnginePostgres {
+		err = s.dropTemporaryDatabases()
+	}
+	if s.tempDir != "" {
+		if rmErr := os.RemoveAll(s.tempDir); rmErr != nil && err == nil {
+			err = rmErr
+		}
+		s.tempDir = ""
+	}
+	return err
+}
+
 func (s *Server) resolve(o Options) error {
+	engine, err := ParseEngine(string(o.Engine))
+	if err != nil {
+		return err
+	}
+	s.Engine = engine
+	if engine == EnginePostgres {
+		return s.resolvePostgres(o)
+	}
+	o.Engine = engine
 	if o.Binary == "" {
 		o.Binary = DefaultBinary()
 	}
@@ -136,15 +237,8 @@ func (s *Server) resolve(o Options) error {
 	if o.Namespace == "" {
 		o.Namespace = "default"
 	}
-	if o.Port < 0 || o.Port > 65535 {
-		return fmt.Errorf("devserver: port %d out of range", o.Port)
-	}
-	if o.Port == 0 {
-		p, err := FreePort()
-		if err != nil {
-			return err
-		}
-		o.Port = p
+	if o.Port, err = resolvePort(o.Port); err != nil {
+		return err
 	}
 	switch {
 	case o.UIPort == 0 && o.Port+1000 <= 65535:
@@ -159,7 +253,7 @@ func (s *Server) resolve(o Options) error {
 		return fmt.Errorf("devserver: UI port %d out of range", o.UIPort)
 	}
 	if o.DBFile == "" {
-		sweepTempDirs()
+		sweepTempDirs(nil)
 		dir, err := os.MkdirTemp("", tempDirPrefix)
 		if err != nil {
 			return fmt.Errorf("devserver: temp dir: %w", err)
@@ -193,8 +287,23 @@ func (s *Server) resolve(o Options) error {
 	return nil
 }
 
-// Args is the start-dev command line (without the binary) for these options.
+// resolvePort checks a frontend port; 0 picks a free one.
+func resolvePort(port int) (int, error) {
+	if port < 0 || port > 65535 {
+		return 0, fmt.Errorf("devserver: port %d out of range", port)
+	}
+	if port == 0 {
+		return FreePort()
+	}
+	return port, nil
+}
+
+// Args is the server's command line (without the binary) for these options: start-dev's,
+// or for EnginePostgres the Temporal server's.
 func (s *Server) Args() []string {
+	if s.Engine == EnginePostgres {
+		return s.pg.args()
+	}
 	o := s.opts
 	args := []string{"server", "start-dev",
 		"--ip", "127.0.0.1",
@@ -255,6 +364,9 @@ func (s *Server) start(ctx context.Context) error {
 	}
 	fmt.Fprintf(logf, "\n==== %s devserver: %s %q\n", time.Now().Format(time.RFC3339), s.opts.Binary, s.Args())
 	cmd := exec.Command(s.opts.Binary, s.Args()...)
+	if s.Engine == EnginePostgres {
+		cmd.Env = s.pg.env()
+	}
 	cmd.Stdout = logf
 	cmd.Stderr = logf
 	cmd.SysProcAttr = sysProcAttr()
@@ -289,9 +401,14 @@ func (s *Server) start(ctx context.Context) error {
 // was started with one task-queue partition.
 const onePartitionMark = ".one-partition"
 
-// waitReady polls the frontend until it answers CheckHealth and knows the namespace.
+// waitReady polls the frontend until it answers CheckHealth and knows the namespace
+// (EnginePostgres: until pgReady, which registers what is missing, succeeds).
 func (s *Server) waitReady(ctx context.Context, p *process) error {
-	ctx, cancel := context.WithTimeout(ctx, ReadyTimeout)
+	probe, timeout := s.check, ReadyTimeout
+	if s.Engine == EnginePostgres {
+		probe, timeout = s.pgReady, PostgresReadyTimeout
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	var last error
 	for {
@@ -300,8 +417,11 @@ func (s *Server) waitReady(ctx context.Context, p *process) error {
 			return fmt.Errorf("devserver: the server exited during start-up (%v); log: %s", p.err, s.LogFile)
 		default:
 		}
-		if last = s.check(ctx); last == nil {
+		if last = probe(ctx); last == nil {
 			return nil
+		}
+		if errors.Is(last, errPermanent) {
+			return last
 		}
 		select {
 		case <-p.done:
@@ -335,6 +455,21 @@ func CheckHealth(ctx context.Context, address, namespace string) error {
 	}
 	_, err = c.WorkflowService().DescribeNamespace(ctx, &workflowservice.DescribeNamespaceRequest{Namespace: namespace})
 	return err
+}
+
+// PersistenceStore is the persistence store of the Temporal frontend at address:
+// "sqlite" for the dev server, PostgresPlugin for EnginePostgres.
+func PersistenceStore(ctx context.Context, address string) (string, error) {
+	c, err := client.DialContext(ctx, client.Options{HostPort: address, Logger: quietLogger()})
+	if err != nil {
+		return "", err
+	}
+	defer c.Close()
+	info, err := c.WorkflowService().GetClusterInfo(ctx, &workflowservice.GetClusterInfoRequest{})
+	if err != nil {
+		return "", fmt.Errorf("devserver: cluster info of %s: %w", address, err)
+	}
+	return info.GetPersistenceStore(), nil
 }
 
 // Dial returns a client of the server's namespace.
@@ -397,8 +532,8 @@ func (p *process) exited() bool {
 }
 
 // Stop stops the server: SIGTERM, then SIGKILL after StopGrace. It removes the
-// temporary directory when the DB file was not given. Stopping twice is harmless; a
-// server not owned is left alone.
+// temporary directory when the DB file was not given, and EnginePostgres's temporary
+// databases. Stopping twice is harmless; a server not owned is left alone.
 func (s *Server) Stop() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -406,11 +541,8 @@ func (s *Server) Stop() error {
 		return nil
 	}
 	err := s.proc.terminate()
-	if s.tempDir != "" {
-		if rmErr := os.RemoveAll(s.tempDir); rmErr != nil && err == nil {
-			err = rmErr
-		}
-		s.tempDir = ""
+	if cerr := s.cleanUp(); cerr != nil && err == nil {
+		err = cerr
 	}
 	return err
 }
@@ -432,7 +564,8 @@ func (p *process) terminate() error {
 	return fmt.Errorf("devserver: the server did not stop within %s of SIGTERM; killed", StopGrace)
 }
 
-// Kill kills the server with SIGKILL (a crash), keeping its DB file for Restart.
+// Kill kills the server with SIGKILL (a crash), keeping its DB file (or databases) for
+// Restart.
 func (s *Server) Kill() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -449,8 +582,8 @@ func (s *Server) Kill() error {
 	return nil
 }
 
-// Restart starts the server again on the same ports and DB file (stopping it first if
-// it still runs) and waits until it answers.
+// Restart starts the server again on the same ports and DB file or databases (stopping it
+// first if it still runs) and waits until it answers.
 func (s *Server) Restart(ctx context.Context) error {
 	s.mu.Lock()
 	p := s.proc
@@ -471,8 +604,9 @@ const (
 
 // sweepTempDirs removes temporary DB directories left behind by processes that died
 // without Stop (a test binary killed at its timeout, say): those whose owner process is
-// gone and that are older than a minute.
-func sweepTempDirs() {
+// gone and that are older than a minute. A directory that names temporary PostgreSQL
+// databases (pgTempFile) goes only when release, given, drops them.
+func sweepTempDirs(release func(dir string) bool) {
 	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), tempDirPrefix+"*"))
 	for _, dir := range dirs {
 		st, err := os.Stat(dir)
@@ -487,9 +621,13 @@ func sweepTempDirs() {
 		if err != nil || pid <= 0 {
 			continue
 		}
-		if err := syscall.Kill(pid, 0); errors.Is(err, syscall.ESRCH) {
-			_ = os.RemoveAll(dir)
+		if err := syscall.Kill(pid, 0); !errors.Is(err, syscall.ESRCH) {
+			continue
 		}
+		if _, err := os.Stat(filepath.Join(dir, pgTempFile)); err == nil && (release == nil || !release(dir)) {
+			continue
+		}
+		_ = os.RemoveAll(dir)
 	}
 }
 

@@ -177,7 +177,7 @@ func TestSweepTempDirs(t *testing.T) {
 	stale := mk(dead.Process.Pid, 2*time.Minute)
 	young := mk(dead.Process.Pid, 0)
 	alive := mk(os.Getpid(), 2*time.Minute)
-	sweepTempDirs()
+	sweepTempDirs(nil)
 	assert.NoDirExists(t, stale)
 	assert.DirExists(t, young)
 	assert.DirExists(t, alive)

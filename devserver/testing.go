@@ -2,6 +2,8 @@ package devserver
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"os"
 	"testing"
 	"time"
@@ -9,9 +11,9 @@ import (
 
 // StartForTest returns a dev server for an integration test. When TEMPORAL_ADDRESS is
 // set (`make test` starts one server and sets it, so packages share it) it returns a
-// Server naming that address (namespace $TEMPORAL_NAMESPACE, else "default") and starts
-// nothing; Owned is then false and Kill/Restart return ErrNotOwned. Otherwise it starts
-// a headless server on a free port with a temporary DB and stops it in tb.Cleanup.
+// Server naming that address (namespace $TEMPORAL_NAMESPACE, else "default"; engine
+// $TEMPORAL_ENGINE) and starts nothing; Owned is then false and Kill/Restart return
+// ErrNotOwned. Otherwise it starts one with StartOwnedForTest.
 func StartForTest(tb testing.TB) *Server {
 	tb.Helper()
 	if addr := os.Getenv("TEMPORAL_ADDRESS"); addr != "" {
@@ -19,28 +21,64 @@ func StartForTest(tb testing.TB) *Server {
 		if ns == "" {
 			ns = "default"
 		}
-		return &Server{Address: addr, Namespace: ns}
+		engine, _ := ParseEngine(os.Getenv(EnvEngine))
+		return &Server{Engine: engine, Address: addr, Namespace: ns}
 	}
 	return StartOwnedForTest(tb)
 }
 
 // StartOwnedForTest always starts a private headless server (for tests that kill or
-// restart it), stopped in tb.Cleanup. On failure the test's log shows where the
-// server's output is.
+// restart it), stopped in tb.Cleanup, on the engine $TEMPORAL_ENGINE names (OptionsFromEnv):
+// the dev server with a temporary DB file, or the Temporal server on a temporary pair of
+// PostgreSQL databases, dropped at the end. A postgres engine this machine cannot run (no
+// binaries, no PostgreSQL) skips the test, or fails it under CI=true. On failure the
+// test's log shows the end of the server's output.
 func StartOwnedForTest(tb testing.TB) *Server {
 	tb.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), ReadyTimeout+10*time.Second)
-	defer cancel()
-	s, err := Start(ctx, Options{UIPort: -1})
+	o, err := OptionsFromEnv(os.Getenv)
 	if err != nil {
-		tb.Fatalf("start the Temporal dev server: %v", err)
+		tb.Fatal(err)
+	}
+	return startOwnedForTest(tb, o)
+}
+
+// OptionsFromEnv are the Options of StartOwnedForTest: headless, on a free port, on the
+// engine getenv(EnvEngine) names with the PostgreSQL of PostgresFromEnv.
+func OptionsFromEnv(getenv func(string) string) (Options, error) {
+	engine, err := ParseEngine(getenv(EnvEngine))
+	if err != nil {
+		return Options{}, fmt.Errorf("%s: %w", EnvEngine, err)
+	}
+	o := Options{Engine: engine, UIPort: -1}
+	if engine == EnginePostgres {
+		if o.Postgres, err = PostgresFromEnv(getenv); err != nil {
+			return Options{}, err
+		}
+	}
+	return o, nil
+}
+
+func startOwnedForTest(tb testing.TB, o Options) *Server {
+	tb.Helper()
+	timeout := ReadyTimeout + 10*time.Second
+	if o.Engine == EnginePostgres {
+		timeout = SchemaTimeout + PostgresReadyTimeout
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	s, err := Start(ctx, o)
+	if err != nil {
+		if errors.Is(err, ErrEngineUnavailable) && os.Getenv("CI") != "true" {
+			tb.Skipf("%s unavailable here (CI=true fails instead): %v", o.Engine.ServerName(), err)
+		}
+		tb.Fatalf("start the %s: %v", o.Engine.ServerName(), err)
 	}
 	tb.Cleanup(func() {
 		if tb.Failed() {
-			tb.Logf("Temporal dev server %s:\n%s", s.Address, tail(s.LogFile, 30))
+			tb.Logf("%s %s:\n%s", s.Engine.ServerName(), s.Address, tail(s.LogFile, 30))
 		}
 		if err := s.Stop(); err != nil {
-			tb.Errorf("stop the Temporal dev server: %v", err)
+			tb.Errorf("stop the %s: %v", s.Engine.ServerName(), err)
 		}
 	})
 	return s

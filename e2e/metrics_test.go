@@ -227,7 +227,7 @@ func checkSchedulingLogs(t *testing.T, out string) {
 		assert.Equal(t, []float64{1}, attempts(confirmed), id)
 		assert.Equal(t, []float64{1}, attempts(find("retry delivered", id, "delivered")), id)
 	}
-	assert.Len(t, find("undecodable delivery dead-lettered", "poison-1", "poison"), 1)
+	assert.Len(t, find("delivery dead-lettered", "poison-1", "poison"), 1)
 }
 
 // runLogged is stack.run with the service's JSON logs written to w.

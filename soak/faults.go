@@ -15,7 +15,7 @@ import (
 const (
 	faultWorkerKill      = "worker-kill"      // SIGKILL one worker, start it again
 	faultBridgeKill      = "bridge-kill"      // SIGKILL the bridge, start it again
-	faultTemporalRestart = "temporal-restart" // SIGKILL the dev server, restart it on its file store
+	faultTemporalRestart = "temporal-restart" // SIGKILL the Temporal server, restart it on its file store or databases
 	faultCloseConns      = "close-conns"      // rabbitmqctl close_connection on every service connection
 	faultRabbitRestart   = "rabbit-restart"   // rabbitmqctl stop_app; start_app
 	faultLatency         = "latency"          // added latency on every service link for a period
@@ -171,7 +171,7 @@ func (w *world) inject(ctx context.Context, kind string, n int) faultRecord {
 			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
 			err = w.temporal.Restart(rctx)
 			cancel()
-			detail = fmt.Sprintf("dev server SIGKILLed; answering again %s after restart", time.Since(t0).Round(time.Millisecond))
+			detail = fmt.Sprintf("%s SIGKILLed; answering again %s after restart", w.temporal.Engine.ServerName(), time.Since(t0).Round(time.Millisecond))
 		}
 	case faultCloseConns:
 		var closed int

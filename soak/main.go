@@ -1,6 +1,7 @@
 // Command soak pushes N failed messages through the whole retry-scheduler pipeline (two
-// workers and a bridge as processes, a Temporal dev server on a file store, the local
-// RabbitMQ) while a fault schedule kills processes, restarts the broker and the dev server,
+// workers and a bridge as processes, a Temporal dev server on a file store or with
+// -engine postgres the Temporal server on PostgreSQL, the local RabbitMQ) while a fault
+// schedule kills processes, restarts the broker and the Temporal server,
 // and cuts, partitions and slows the service's connections through loopback proxies. At the
 // end it counts, per message, what was lost and what was unexpected (SPEC §8), prints the
 // figures and writes them as JSON. See soak/README.md.
@@ -21,6 +22,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"retry-scheduler/devserver"
 )
 
 // options are the soak's flags.
@@ -44,6 +47,8 @@ type options struct {
 	keep          bool
 	rabbitURL     string
 	verbose       bool
+	engine        devserver.Engine
+	postgres      devserver.PostgresOptions // with -engine postgres
 }
 
 func parseFlags(args []string) (options, error) {
@@ -70,12 +75,23 @@ func parseFlags(args []string) (options, error) {
 	fs.StringVar(&o.resultsDir, "results", "soak/results", "where the JSON result goes")
 	fs.BoolVar(&o.keep, "keep", false, "keep the run directory (logs, dev server DB) even when the soak passes")
 	fs.BoolVar(&o.verbose, "v", false, "log the soak's own clients (reconnects, retries)")
+	engine := fs.String("engine", string(devserver.EngineDev), "Temporal engine: dev (the CLI's dev server on SQLite) or postgres (the Temporal server "+devserver.ServerVersion+
+		" on PostgreSQL: "+devserver.EnvPostgresHost+", _PORT, _USER, _PASSWORD; default 127.0.0.1:5432 as postgres)")
 	o.rabbitURL = os.Getenv("RABBITMQ_URL")
 	if o.rabbitURL == "" {
 		o.rabbitURL = "amqp://guest:guest@127.0.0.1:5672/"
 	}
 	if err := fs.Parse(args); err != nil {
 		return o, err
+	}
+	var err error
+	if o.engine, err = devserver.ParseEngine(*engine); err != nil {
+		return o, err
+	}
+	if o.engine == devserver.EnginePostgres {
+		if o.postgres, err = devserver.PostgresFromEnv(os.Getenv); err != nil {
+			return o, err
+		}
 	}
 	switch {
 	case o.n <= 0:

@@ -23,6 +23,7 @@ type report struct {
 	Command      string         `json:"command"`
 	Started      time.Time      `json:"started"`
 	Elapsed      string         `json:"elapsed"`
+	Temporal     string         `json:"temporal"` // the engine's server
 	Passed       bool           `json:"passed"`
 	Machine      map[string]any `json:"machine"`
 	Options      map[string]any `json:"options"`
@@ -35,7 +36,7 @@ type report struct {
 
 func printReport(w io.Writer, r report) {
 	f := r.Figures
-	fmt.Fprintf(w, "\nretry-scheduler soak %s: %d messages, %d process kills, %d faults, %s\n\n", r.RunID, f.Messages, f.ProcessKills, f.Faults, r.Elapsed)
+	fmt.Fprintf(w, "\nretry-scheduler soak %s: %d messages, %d process kills, %d faults, %s (%s)\n\n", r.RunID, f.Messages, f.ProcessKills, f.Faults, r.Elapsed, r.Temporal)
 	row := func(label string, v any, note string) {
 		fmt.Fprintf(w, "  %-36s %9v  %s\n", label, v, note)
 	}
@@ -76,7 +77,7 @@ func printReport(w io.Writer, r report) {
 	row("duplicate envelopes (same dlqId)", f.DuplicateEnvelopes, "")
 	row("failure reports", f.FailureReports, "confirmed reports of the consumer")
 	row("messages with more than one run", f.MultiRunMessages, "a report arrived after a run had ended")
-	row("process kills", f.ProcessKills, fmt.Sprintf("worker %d, bridge %d, Temporal dev server %d", f.WorkerKills, f.BridgeKills, f.TemporalKills))
+	row("process kills", f.ProcessKills, fmt.Sprintf("worker %d, bridge %d, %s %d", f.WorkerKills, f.BridgeKills, r.Temporal, f.TemporalKills))
 	row("faults (errors)", fmt.Sprintf("%d (%d)", f.Faults, f.FaultErrors), "")
 	if len(r.Problems) > 0 {
 		fmt.Fprintf(w, "\nfirst problems (of %d):\n", len(r.Problems))
@@ -118,12 +119,12 @@ func optionsJSON(o options, faults []string, rate float64) map[string]any {
 		"n": o.n, "rate": o.rate, "effective_rate": round1(rate), "duration": o.duration.String(), "kills": o.kills, "faults": faults,
 		"seed": o.seed, "workers": o.workers, "delay": o.delay.String(), "quiet_window": o.quietWindow.String(),
 		"max_retries": o.maxRetries, "latency": o.latency.String(), "fault_period": o.faultPeriod.String(),
-		"min_gap": o.minGap.String(), "restart_delay": o.restartDelay.String(),
+		"min_gap": o.minGap.String(), "restart_delay": o.restartDelay.String(), "engine": string(o.engine),
 	}
 }
 
 // machineInfo describes where the figures were measured.
-func machineInfo() map[string]any {
+func machineInfo(engine devserver.Engine) map[string]any {
 	m := map[string]any{"cpus": runtime.NumCPU(), "go": runtime.Version(), "os": runtime.GOOS + "/" + runtime.GOARCH}
 	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
 		for _, line := range strings.Split(string(b), "\n") {
@@ -144,7 +145,9 @@ func machineInfo() map[string]any {
 	if out, err := exec.Command("rabbitmqctl", "version").Output(); err == nil {
 		m["rabbitmq"] = strings.TrimSpace(string(out))
 	}
-	if out, err := exec.Command(devserver.DefaultBinary(), "--version").Output(); err == nil {
+	if engine == devserver.EnginePostgres {
+		m["temporal_server"] = devserver.ServerVersion
+	} else if out, err := exec.Command(devserver.DefaultBinary(), "--version").Output(); err == nil {
 		m["temporal_cli"] = strings.TrimSpace(string(out))
 	}
 	return m

@@ -67,7 +67,7 @@ func run(ctx context.Context, o options) (code int, err error) {
 		if passed && !o.keep {
 			_ = os.RemoveAll(dir)
 		} else {
-			fmt.Printf("run directory kept: %s (service logs, dev server DB and log)\n", dir)
+			fmt.Printf("run directory kept: %s (service logs, Temporal server DB or log)\n", dir)
 		}
 	}()
 	logf("soak %s: %d messages at %.0f/s, %d process kills, faults %s, seed %d; run directory %s",
@@ -79,13 +79,38 @@ func run(ctx context.Context, o options) (code int, err error) {
 		return 2, fmt.Errorf("build the service: %w\n%s", err, out)
 	}
 
-	// Temporal dev server on a free port with its own file store.
-	srv, err := devserver.Start(ctx, devserver.Options{UIPort: -1, DBFile: filepath.Join(dir, "temporal.db")})
-	if err != nil {
-		return 2, fmt.Errorf("start the Temporal dev server: %w", err)
+	// Temporal on a free port with its own store: the dev server's file, or a pair of
+	// PostgreSQL databases named after the run, kept (like the file) unless the soak passes.
+	srvOpts := devserver.Options{UIPort: -1, DBFile: filepath.Join(dir, "temporal.db")}
+	if o.engine == devserver.EnginePostgres {
+		pg := o.postgres
+		pg.Database = "retry_scheduler_" + strings.ReplaceAll(n.id, "-", "_")
+		srvOpts = devserver.Options{Engine: o.engine, Postgres: pg, LogFile: filepath.Join(dir, "temporal.log")}
 	}
-	defer func() { _ = srv.Stop() }()
-	logf("Temporal dev server at %s (pid %d), DB %s", srv.Address, srv.Pid(), srv.DBFile)
+	srv, err := devserver.Start(ctx, srvOpts)
+	if err != nil {
+		return 2, fmt.Errorf("start the %s: %w", o.engine.ServerName(), err)
+	}
+	defer func() {
+		_ = srv.Stop()
+		if srv.Engine != devserver.EnginePostgres {
+			return
+		}
+		if passed && !o.keep {
+			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+			defer cancel()
+			if err := srv.DropDatabases(dctx); err != nil {
+				fmt.Fprintln(os.Stderr, "soak: drop the Temporal databases:", err)
+			}
+		} else {
+			fmt.Printf("Temporal databases kept: %s and %s\n", srv.Database, srv.VisibilityDatabase)
+		}
+	}()
+	if srv.Engine == devserver.EnginePostgres {
+		logf("%s at %s (pid %d), databases %s and %s, log %s", srv.Engine.ServerName(), srv.Address, srv.Pid(), srv.Database, srv.VisibilityDatabase, srv.LogFile)
+	} else {
+		logf("Temporal dev server at %s (pid %d), DB %s", srv.Address, srv.Pid(), srv.DBFile)
+	}
 
 	// Proxies: every connection of the service goes through one we control.
 	var proxies []*proxy
@@ -336,7 +361,7 @@ drain:
 
 	rep := report{
 		RunID: n.id, Command: commandLine(), Started: started, Elapsed: time.Since(started).Round(time.Second).String(),
-		Machine: machineInfo(), Options: optionsJSON(o, faultKinds, rate), Figures: f, Faults: faults,
+		Temporal: o.engine.ServerName(), Machine: machineInfo(o.engine), Options: optionsJSON(o, faultKinds, rate), Figures: f, Faults: faults,
 		ProduceError: errString(produceErr), RunDirectory: dir,
 	}
 	rep.Passed = f.Lost == 0 && f.Unexpected == 0 && f.Published == o.n

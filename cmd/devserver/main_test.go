@@ -18,6 +18,22 @@ func TestUsage(t *testing.T) {
 	assert.Contains(t, errb.String(), "-for-test")
 	assert.Equal(t, 2, run([]string{"-nope"}, &out, &errb))
 	assert.Equal(t, 2, run([]string{"extra"}, &out, &errb))
+	assert.Equal(t, 2, run([]string{"-engine", "mysql"}, &out, &errb))
+	assert.Contains(t, errb.String(), `unknown engine "mysql"`)
+}
+
+func TestPostgresFlags(t *testing.T) {
+	t.Setenv("TEMPORAL_POSTGRES_PORT", "nope")
+	var out, errb bytes.Buffer
+	assert.Equal(t, 2, run([]string{"-engine", "postgres"}, &out, &errb))
+	assert.Contains(t, errb.String(), "TEMPORAL_POSTGRES_PORT")
+
+	// Missing binaries: exit 1 with the way to install them.
+	t.Setenv("TEMPORAL_POSTGRES_PORT", "")
+	errb.Reset()
+	code := run([]string{"-engine", "postgres", "-for-test", "-server-dir", t.TempDir()}, &out, &errb)
+	assert.Equal(t, 1, code)
+	assert.Contains(t, errb.String(), "make temporal-server")
 }
 
 func TestPortHeldBySomethingElse(t *testing.T) {
@@ -50,6 +66,7 @@ func TestMissingBinary(t *testing.T) {
 func TestDefaultDB(t *testing.T) {
 	t.Setenv("XDG_DATA_HOME", "/data")
 	assert.Equal(t, "/data/retry-scheduler/temporal.db", defaultDB())
+	assert.Equal(t, "/data/retry-scheduler/temporal-postgres.log", defaultPostgresLog())
 	t.Setenv("XDG_DATA_HOME", "")
 	t.Setenv("HOME", "/home/u")
 	assert.Equal(t, "/home/u/.local/share/retry-scheduler/temporal.db", defaultDB())
