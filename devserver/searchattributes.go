@@ -18,6 +18,7 @@ var SearchAttributeKeys = []temporal.SearchAttributeKey{
 	workflows.SAPolicy,
 	workflows.SATenant,
 	workflows.SADeadAt,
+	workflows.SAEventType,
 }
 
 // cliTypes maps value types to the names `temporal` accepts.

@@ -28,6 +28,9 @@ type Message struct {
 	// TenantID and CorrelationID travel into search attributes and the dead-letter envelope.
 	TenantID      string `json:"tenant_id,omitempty"`
 	CorrelationID string `json:"correlation_id,omitempty"`
+	// EventType is the producer's name for what the message is (order.created, say): a
+	// column and a filter for operators.
+	EventType string `json:"event_type,omitempty"`
 }
 
 // Properties are the AMQP basic properties copied on republish.

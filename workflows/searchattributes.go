@@ -23,4 +23,6 @@ var (
 	SATenant = temporal.NewSearchAttributeKeyKeyword("TenantId")
 	// SADeadAt is when the message was dead-lettered; unset while it is not dead.
 	SADeadAt = temporal.NewSearchAttributeKeyTime("DeadAt")
+	// SAEventType is the message's event type, when the producer gave one.
+	SAEventType = temporal.NewSearchAttributeKeyKeyword("EventType")
 )
