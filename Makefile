@@ -148,7 +148,7 @@ run: $(RUN_DEPS) rabbitmq ## Run locally: the Temporal dev server (UI on :8233; 
 		dev_token=$$(head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n'); api_tokens="dev:admin=$$dev_token"; \
 		echo "Ops page http://127.0.0.1:$${HTTP_PORT:-8086}/ - sign in with this run's admin token: $$dev_token"; \
 	fi; \
-	API_TOKENS=$$api_tokens TEMPORAL_ADDRESS=$$addr $(GO) run ./cmd/retry-scheduler all
+	API_TOKENS=$$api_tokens TEMPORAL_ADDRESS=$$addr TEMPORAL_UI_URL=$${TEMPORAL_UI_URL:-$$([ "$(TEMPORAL)" = postgres ] || echo http://127.0.0.1:$$(( $(TEMPORAL_PORT) + 1000 )))} $(GO) run ./cmd/retry-scheduler all
 
 test: tools temporal-server rabbitmq ## go vet, unit tests, integration tests on one dev server (e2e again on PostgreSQL), short fuzz runs
 	@status=0; \

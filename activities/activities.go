@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -70,6 +71,33 @@ type Activities struct {
 	Logger  *slog.Logger
 	Metrics *Metrics         // may be nil
 	Now     func() time.Time // injectable clock. Defaults to time.Now.
+	// DeadLetterTTL is the AMQP expiration of each dead-letter envelope: the dead-letter queue
+	// is a notification stream, and an envelope outlives its parked workflow by no more than
+	// this (DEAD_LETTER_RETENTION). Capped at MaxExpiration. Defaults to 0: no expiration.
+	DeadLetterTTL time.Duration
+	// ServiceName is the AMQP app_id of the envelopes (SERVICE_NAME). Defaults to none.
+	ServiceName string
+}
+
+// MaxExpiration is the longest per-message TTL RabbitMQ accepts (2^32-1 ms, about 49.7 days);
+// a longer expiration would make every dead-letter publish fail.
+const MaxExpiration = (1<<32 - 1) * time.Millisecond
+
+// expiration is the AMQP expiration property for ttl: milliseconds, "" for none.
+func expiration(ttl time.Duration) string {
+	if ttl <= 0 {
+		return ""
+	}
+	return strconv.FormatInt(min(ttl, MaxExpiration).Milliseconds(), 10)
+}
+
+// messageLogger is l with the keys every line about message m carries.
+func messageLogger(l *slog.Logger, m message.Message) *slog.Logger {
+	l = l.With("message_id", m.MessageID)
+	if m.CorrelationID != "" {
+		l = l.With("correlation_id", m.CorrelationID)
+	}
+	return l
 }
 
 // History reads what earlier runs of a workflow recorded.

@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"retry-scheduler/broker"
 )
 
 // Retry outcomes, the status label of retries_executed_total.
@@ -20,6 +22,8 @@ type Metrics struct {
 	RetriesExecuted *prometheus.CounterVec // retries_executed_total{queue,status}
 	DeadLetters     *prometheus.CounterVec // dead_letters_total{queue,reason}
 	RetryLateness   prometheus.Histogram   // retry_lateness_seconds
+	// DeadLetterPublishFailures is broker.DeadLetterPublishFailures, shared with the bridge.
+	DeadLetterPublishFailures *prometheus.CounterVec // dead_letter_publish_failures_total{queue}
 }
 
 // NewMetrics registers the metrics on reg (never the global registry, so tests and several
@@ -42,6 +46,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			// bucket exactly; up to 5 min for retries held back while the broker was down.
 			Buckets: []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300},
 		})),
+		DeadLetterPublishFailures: broker.DeadLetterPublishFailures(reg),
 	}
 }
 
@@ -78,4 +83,11 @@ func (m *Metrics) deadLettered(queue, reason string) {
 		return
 	}
 	m.DeadLetters.WithLabelValues(queue, reason).Inc()
+}
+
+func (m *Metrics) deadLetterPublishFailed(queue string) {
+	if m == nil {
+		return
+	}
+	m.DeadLetterPublishFailures.WithLabelValues(queue).Inc()
 }

@@ -10,6 +10,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 
 	"retry-scheduler/broker"
+	"retry-scheduler/message"
 )
 
 // Republish puts the message back where it came from as retry in.Attempt (SPEC §4
@@ -23,7 +24,7 @@ func (a *Activities) Republish(ctx context.Context, in RepublishInput) (Republis
 	if key == "" {
 		key = m.OriginalQueue
 	}
-	log := a.logger().With("message_id", m.MessageID, "attempt", in.Attempt, "key", in.Key,
+	log := messageLogger(a.logger(), m).With("attempt", in.Attempt, "key", in.Key,
 		"queue", m.OriginalQueue, "exchange", exchange, "routing_key", key)
 
 	headers, err := republishHeaders(m.Headers, in.Attempt, in.Key)
@@ -69,18 +70,22 @@ func (a *Activities) Republish(ctx context.Context, in RepublishInput) (Republis
 	} else {
 		lateness := publishedAt.Sub(in.ScheduledAt)
 		a.Metrics.observeLateness(lateness)
-		log.Info("retry republished", "outcome", StatusSuccess, "lateness", lateness)
+		log.Info("retry republished", "outcome", StatusSuccess, "lateness_ms", lateness.Milliseconds())
 	}
 	return RepublishResult{PublishedAt: publishedAt}, nil
 }
 
 // DeadLetter publishes the envelope, confirmed and persistent, to in.Queue on the default
 // exchange (SPEC §4 "dead"), with x-dead-reason and x-original-queue headers so a
-// manual-review consumer can sort without parsing the body. The queue is declared at start, so
-// an unroutable publish is a misconfiguration: non-retryable ErrTypeUnroutable.
+// manual-review consumer can sort without parsing the body, and an expiration of
+// DeadLetterTTL: the queue is a notification stream, the parked workflow the record (README
+// "Dead letters"). The envelope's errorType and stackTrace are its last attempt's. Every
+// dead-letter queue is declared at start, so an unroutable publish is a misconfiguration:
+// non-retryable ErrTypeUnroutable. Each failed publish counts in
+// dead_letter_publish_failures_total.
 func (a *Activities) DeadLetter(ctx context.Context, in DeadLetterInput) error {
-	env := in.Envelope
-	log := a.logger().With("message_id", env.MessageID, "dlq_id", env.DLQID, "queue", env.OriginalQueue,
+	env := in.Envelope.WithLastError()
+	log := messageLogger(a.logger(), message.Message{MessageID: env.MessageID, CorrelationID: env.CorrelationID}).With("dlq_id", env.DLQID, "queue", env.OriginalQueue,
 		"dead_letter_queue", in.Queue, "dead_reason", env.DeadReason)
 	if in.Queue == "" {
 		err := errors.New("no dead-letter queue given")
@@ -108,10 +113,13 @@ func (a *Activities) DeadLetter(ctx context.Context, in DeadLetterInput) error {
 		CorrelationId: env.CorrelationID,
 		MessageId:     env.DLQID,
 		Timestamp:     ts,
+		AppId:         a.ServiceName,
+		Expiration:    expiration(a.DeadLetterTTL),
 		Body:          body,
 	}
 
 	if err := a.Publisher.Publish(ctx, "", in.Queue, true, pub); err != nil {
+		a.Metrics.deadLetterPublishFailed(in.Queue)
 		if errors.Is(err, broker.ErrUnroutable) {
 			log.Error("envelope not dead-lettered", "outcome", StatusUnroutable, "error", err)
 			return temporal.NewNonRetryableApplicationError(

@@ -35,7 +35,7 @@ var exported = map[string]bool{
 	"dead_letters_total": true, "bridge_deliveries_total": true, "retry_lateness_seconds_bucket": true,
 	"dead_letter_oldest_age_seconds": true, "dead_letter_depth": true, "depth_poll_last_success_timestamp_seconds": true,
 	"retry_queue_depth": true, "retry_due": true, "retries_exhausted_total": true, "retries_scheduled_total": true,
-	"retries_executed_total": true, "depth_poll_errors_total": true,
+	"retries_executed_total": true, "depth_poll_errors_total": true, "dead_letter_publish_failures_total": true,
 }
 
 func TestRulesFile(t *testing.T) {
@@ -93,6 +93,8 @@ func TestRulesFile(t *testing.T) {
 		"RetrySchedulerDeadLetterStale":      "> 48 * 3600",
 		"RetrySchedulerDeadLetterDepthHigh":  "> 1000",
 		"RetrySchedulerRetryLatenessHigh":    "> 5",
+		// Any failure, sustained: an envelope the broker refuses is not on its queue.
+		"RetrySchedulerDeadLetterPublishFailing": "> 0",
 	} {
 		expr, ok := alerts[name]
 		if !ok {

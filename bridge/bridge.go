@@ -137,6 +137,10 @@ type Config struct {
 	IngressArgs, DeadLetterArgs amqp.Table
 	// Decode configures decoding; its DefaultDeadLetterQueue defaults to DeadLetterQueue.
 	Decode DecodeOptions
+	// ServiceName and ServiceVersion name the scheduler in the envelopes the bridge writes
+	// itself (poison, oversize): metadata.service, metadata.service_version and the AMQP
+	// app_id. ServiceName defaults to "retry-scheduler"; ServiceVersion to none.
+	ServiceName, ServiceVersion string
 }
 
 func (c Config) withDefaults() Config {
@@ -160,6 +164,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.ReportTries <= 0 {
 		c.ReportTries = DefaultReportTries
+	}
+	if c.ServiceName == "" {
+		c.ServiceName = serviceName
 	}
 	if c.Decode.DefaultDeadLetterQueue == "" {
 		c.Decode.DefaultDeadLetterQueue = c.DeadLetterQueue
@@ -238,7 +245,7 @@ func (b *Bridge) Run(ctx context.Context) error {
 			delay = b.cfg.ReconnectDelay
 		}
 		wait := jitter(delay)
-		b.log.Warn("amqp session ended; reconnecting", "error", err, "delay", wait)
+		b.log.Warn("amqp session ended; reconnecting", "error", err, "delay_ms", wait.Milliseconds())
 		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
@@ -536,7 +543,7 @@ func (l *loop) onResult(r result) {
 		l.mode = holding
 		wait := jitter(l.holdDelay)
 		l.probe = time.NewTimer(wait)
-		b.log.Info("next probe", "in", wait, "held", len(l.held), "error", r.err)
+		b.log.Info("next probe", "in_ms", wait.Milliseconds(), "held", len(l.held), "error", r.err)
 		l.holdDelay = min(2*l.holdDelay, MaxBackoff)
 	case OutcomeAccepted, OutcomePoison, OutcomeOversize:
 		if l.mode == probing {
@@ -642,8 +649,8 @@ func (s *session) process(e *entry) result {
 		}
 		return s.deadLetter(e, pe)
 	}
-	log := b.log.With("message_id", rep.Message.MessageID, "original_queue", rep.Message.OriginalQueue,
-		"retry_count", rep.RetryCount)
+	log := withCorrelationID(b.log.With("message_id", rep.Message.MessageID, "original_queue", rep.Message.OriginalQueue,
+		"retry_count", rep.RetryCount), rep.Message.CorrelationID)
 
 	for {
 		ctx, cancel := context.WithTimeout(s.ctx, b.cfg.ReportTimeout)
@@ -677,7 +684,7 @@ func (s *session) process(e *entry) result {
 			})
 		}
 		wait := jitter(b.cfg.ReconnectDelay << (e.strikes - 1))
-		log.Warn("report failed while Temporal answers; trying this message again", "try", e.strikes, "of", b.cfg.ReportTries, "in", wait, "error", err)
+		log.Warn("report failed while Temporal answers; trying this message again", "try", e.strikes, "of", b.cfg.ReportTries, "in_ms", wait.Milliseconds(), "error", err)
 		t := time.NewTimer(wait)
 		select {
 		case <-t.C:
@@ -724,20 +731,32 @@ func (s *session) hold(e *entry, err error) result {
 func (s *session) deadLetter(e *entry, pe *PoisonError) result {
 	b, d := s.b, e.d
 	env := poisonEnvelope(d, pe, b.cfg.Decode, b.cfg.Decode.Now())
-	log := b.log.With("message_id", env.MessageID, "original_queue", env.OriginalQueue, "reason", pe.Reason)
+	env.Metadata.Service, env.Metadata.ServiceVersion = b.cfg.ServiceName, b.cfg.ServiceVersion
+	log := withCorrelationID(b.log.With("message_id", env.MessageID, "original_queue", env.OriginalQueue, "reason", pe.Reason),
+		env.CorrelationID)
 	pub, err := envelopePublishing(env)
 	if err == nil {
+		pub.AppId = b.cfg.ServiceName
 		ctx, cancel := context.WithTimeout(s.ctx, b.cfg.ReportTimeout)
 		err = b.dlq.Publish(ctx, "", b.cfg.DeadLetterQueue, true, pub)
 		cancel()
 	}
 	if err != nil {
+		b.metrics.deadLetterPublishFailed(b.cfg.DeadLetterQueue)
 		log.Error("dead-letter publish failed; holding the delivery", "outcome", OutcomeHeld, "error", err)
 		return s.hold(e, fmt.Errorf("dead-letter %s message to %s: %w", pe.Kind, b.cfg.DeadLetterQueue, err))
 	}
 	r := s.conclude(d, true, pe.Kind, nil)
 	log.Warn("delivery dead-lettered", "outcome", r.outcome, "dead_letter_queue", b.cfg.DeadLetterQueue)
 	return r
+}
+
+// withCorrelationID adds the message's correlation id to l's lines when it has one.
+func withCorrelationID(l *slog.Logger, id string) *slog.Logger {
+	if id == "" {
+		return l
+	}
+	return l.With("correlation_id", id)
 }
 
 // conclude settles d and counts the outcome; a delivery that could not be settled is

@@ -183,14 +183,14 @@ func Decode(d Delivery, opts DecodeOptions) (message.FailureReport, error) {
 		err = &PoisonError{Kind: KindPoison, Reason: reasonNotRetryMessage}
 	}
 	if err == nil {
+		// A Keyword must be UTF-8 (an AMQP string header or the type property need not be).
+		rep.Message.EventType = strings.ToValidUTF8(rep.Message.EventType, "\uFFFD")
 		// headersize.go: a report whose headers could never be republished is poison now,
 		// not a publish that fails for a day.
 		if pe := headersTooLarge(rep.Message.Headers); pe != nil {
 			pe.OriginalQueue, pe.MessageID = rep.Message.OriginalQueue, rep.Message.MessageID
 			err = pe
-		} else if n := len(rep.Message.TenantID); n > maxKeywordLen {
-			// The tenant is a Keyword search attribute: SQL visibility would refuse the write.
-			pe := poisonf("tenant id is %d bytes long, over the limit of %d", n, maxKeywordLen)
+		} else if pe := checkKeywords(rep.Message); pe != nil {
 			pe.OriginalQueue, pe.MessageID = rep.Message.OriginalQueue, rep.Message.MessageID
 			err = pe
 		}
@@ -203,6 +203,45 @@ func Decode(d Delivery, opts DecodeOptions) (message.FailureReport, error) {
 		return message.FailureReport{}, err
 	}
 	return rep, nil
+}
+
+// Headers of the dead-lettered form beyond the error detail of SPEC §3 (seed 001's metadata
+// and the event type). x-error-type and x-stack-trace are failure detail: never republished.
+const (
+	HeaderErrorType      = "x-error-type"
+	HeaderStackTrace     = "x-stack-trace"
+	HeaderService        = "x-service"
+	HeaderServiceVersion = "x-service-version"
+	HeaderEventType      = "x-event-type"
+)
+
+// checkKeywords refuses values that travel into Keyword search attributes and would not fit:
+// Temporal's SQL visibility stores would refuse the write, for ever.
+func checkKeywords(m message.Message) *PoisonError {
+	for _, k := range []struct{ name, v string }{{"tenant id", m.TenantID}, {"event type", m.EventType}} {
+		if n := len(k.v); n > maxKeywordLen {
+			return poisonf("%s is %d bytes long, over the limit of %d", k.name, n, maxKeywordLen)
+		}
+	}
+	return nil
+}
+
+// setErrorDetail puts the reporter's exception class and stack trace on rep, cut to their
+// bounds (a long trace is still worth its first frames: not poison), and returns notes on
+// what was cut.
+func setErrorDetail(rep *message.FailureReport, errorType, stackTrace string) []string {
+	var notes []string
+	if n := len(errorType); n > message.MaxErrorTypeBytes {
+		errorType = message.Truncate(errorType, message.MaxErrorTypeBytes)
+		notes = append(notes, fmt.Sprintf("error type cut from %d to %d bytes", n, message.MaxErrorTypeBytes))
+	}
+	if n := len(stackTrace); n > message.MaxStackTraceBytes {
+		stackTrace = message.Truncate(stackTrace, message.MaxStackTraceBytes)
+		notes = append(notes, fmt.Sprintf("stack trace cut from %d to %d bytes", n, message.MaxStackTraceBytes))
+	}
+	rep.ErrorType = strings.ToValidUTF8(errorType, "\uFFFD")
+	rep.StackTrace = strings.ToValidUTF8(stackTrace, "\uFFFD")
+	return notes
 }
 
 // finish resolves the policy and fills what both forms share.

@@ -150,6 +150,8 @@ func decodeJSON(d Delivery, opts DecodeOptions) (message.FailureReport, error) {
 	rep.RetryKey = f.str("retry_key")
 	rep.Service = f.str("service")
 	rep.ServiceVersion = f.str("service_version")
+	errorType, stackTrace := f.str("error_type"), f.str("stack_trace")
+	m.EventType = f.str("event_type")
 	policyName := f.str("policy")
 	headers := f.object("original_headers")
 	if f.err != nil {
@@ -203,6 +205,13 @@ func decodeJSON(d Delivery, opts DecodeOptions) (message.FailureReport, error) {
 	if m.CorrelationID == "" {
 		m.CorrelationID = d.CorrelationID
 	}
+	if m.EventType == "" && headers != nil {
+		// The original message's own header, as the dead-lettered form reads it.
+		if v, ok := header(headers, HeaderEventType); ok {
+			m.EventType, _ = headerString(v)
+		}
+	}
+	rep.Notes = append(rep.Notes, setErrorDetail(&rep, errorType, stackTrace)...)
 	if headers != nil {
 		hc := &headerConverter{}
 		for _, k := range sortedKeys(headers) {

@@ -24,6 +24,9 @@ var protoField = map[protowire.Number]string{
 // seven fields; generated code would be more to maintain than this). Unknown fields are
 // skipped, so producers may extend the message; malformed wire data and known fields with the
 // wrong wire type are poison. As in proto3, an absent original_payload is an empty payload.
+// The JSON form's optional fields (event_type, error_type, stack_trace, service, ...) have no
+// field number in the seed's contract, so a protobuf report carries none of them; numbering
+// them here would be a contract of our own.
 func decodeProtobuf(d Delivery, opts DecodeOptions) (message.FailureReport, error) {
 	var (
 		rep      message.FailureReport

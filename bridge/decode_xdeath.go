@@ -188,6 +188,13 @@ func decodeXDeath(d Delivery, opts DecodeOptions) (message.FailureReport, error)
 	} else {
 		rep.RetryKey = key
 	}
+	rep.Service = str(HeaderService)
+	rep.ServiceVersion = str(HeaderServiceVersion)
+	m.EventType = str(HeaderEventType)
+	if m.EventType == "" {
+		m.EventType = d.Type
+	}
+	notes.notes = append(notes.notes, setErrorDetail(&rep, str(HeaderErrorType), str(HeaderStackTrace))...)
 	policyName := str("x-retry-policy")
 	rep.Notes = notes.notes
 	rep.Source = SourceDeadLetter

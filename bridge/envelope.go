@@ -14,7 +14,8 @@ import (
 	"retry-scheduler/workflows"
 )
 
-// serviceName names the bridge in the metadata of the envelopes it writes itself.
+// serviceName names the bridge in the metadata of the envelopes it writes itself, unless
+// Config.ServiceName says otherwise.
 const serviceName = "retry-scheduler"
 
 // poisonEnvelope builds the dead-letter envelope for a delivery that can never become a
@@ -50,6 +51,13 @@ func poisonEnvelope(d amqp.Delivery, pe *PoisonError, opts DecodeOptions, now ti
 		},
 		CorrelationID: d.CorrelationId,
 	}
+	if et, ok := header(d.Headers, HeaderEventType); ok {
+		orig.EventType, _ = headerString(et)
+	}
+	if orig.EventType == "" {
+		orig.EventType = d.Type
+	}
+	orig.EventType = message.Truncate(orig.EventType, maxKeywordLen)
 	return message.Envelope{
 		DLQID:           dlqID,
 		MessageID:       id,

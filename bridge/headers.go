@@ -21,11 +21,13 @@ const maxHeaderDepth = 31
 
 // deniedHeader reports whether an original header must never travel with the message: RabbitMQ's
 // own routing and death bookkeeping (copying it would confuse the next dead-lettering), the
-// retry scheduler's own headers (the republish sets fresh ones) and CC/BCC (they would
-// re-route the copy to other queues). name is lower-case.
+// retry scheduler's own headers (the republish sets fresh ones), the failure detail of the
+// dead-lettered form (x-error-*, x-stack-trace, x-http-status, x-retry-after: they describe one
+// failure, not the message) and CC/BCC (they would re-route the copy to other queues). name is
+// lower-case.
 func deniedHeader(name string) bool {
 	switch name {
-	case "cc", "bcc", "x-death", "x-retry-count", "x-retry-key", "x-http-status", "x-retry-after":
+	case "cc", "bcc", "x-death", "x-retry-count", "x-retry-key", "x-http-status", "x-retry-after", "x-stack-trace":
 		return true
 	}
 	return strings.HasPrefix(name, "x-first-death-") ||

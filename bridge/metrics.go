@@ -4,6 +4,8 @@ import (
 	"errors"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"retry-scheduler/broker"
 )
 
 // Delivery outcomes, the values of bridge_deliveries_total's outcome label.
@@ -28,6 +30,8 @@ const (
 type Metrics struct {
 	deliveries *prometheus.CounterVec
 	scheduled  *prometheus.CounterVec
+	// dlqFailures is broker.DeadLetterPublishFailures: shared with the worker's activities.
+	dlqFailures *prometheus.CounterVec
 }
 
 // NewMetrics creates the collectors and registers them on reg (none when reg is nil). A
@@ -47,6 +51,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Failure reports accepted by Temporal, by original queue (duplicates and reports that end in dead included).",
 		}, []string{"queue"}),
 	}
+	m.dlqFailures = broker.DeadLetterPublishFailures(reg)
 	if reg != nil {
 		m.deliveries = register(reg, m.deliveries)
 		m.scheduled = register(reg, m.scheduled)
@@ -68,6 +73,10 @@ func register(reg prometheus.Registerer, c *prometheus.CounterVec) *prometheus.C
 		panic(err)
 	}
 	return c
+}
+
+func (m *Metrics) deadLetterPublishFailed(queue string) {
+	m.dlqFailures.WithLabelValues(queue).Inc()
 }
 
 func (m *Metrics) outcome(o string) {

@@ -43,13 +43,20 @@ type Queue struct {
 	Args amqp.Table
 }
 
-// Topology is the service's queues: the dead-letter queue, then the ingress queue
-// dead-lettering into it.
-func Topology(cfg Config, ingress, deadLetterQueue string) []Queue {
-	return []Queue{
-		{Name: deadLetterQueue, Args: QueueArgs(cfg)},
-		{Name: ingress, Args: IngressArgs(cfg, deadLetterQueue)},
+// Topology is the service's queues: the dead-letter queue, every other configured
+// dead-letter queue (a route's or a policy's), with the same arguments, then the ingress
+// queue dead-lettering into the first. Empty and repeated names are left out.
+func Topology(cfg Config, ingress, deadLetterQueue string, otherDeadLetterQueues ...string) []Queue {
+	qs := []Queue{{Name: deadLetterQueue, Args: QueueArgs(cfg)}}
+	seen := map[string]bool{deadLetterQueue: true, ingress: true}
+	for _, n := range otherDeadLetterQueues {
+		if n == "" || seen[n] {
+			continue
+		}
+		seen[n] = true
+		qs = append(qs, Queue{Name: n, Args: QueueArgs(cfg)})
 	}
+	return append(qs, Queue{Name: ingress, Args: IngressArgs(cfg, deadLetterQueue)})
 }
 
 // DeclareQueues declares durable queues of cfg.QueueType with no other argument.

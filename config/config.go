@@ -113,11 +113,14 @@ type Config struct {
 	// DEAD_LETTER_RETENTION, flag -retention (a duration; "30d" days accepted).
 	// Defaults to 720h (30 days).
 	Retention time.Duration
-	// ServiceName names this service in dead-letter metadata, logs and metrics. Env
-	// SERVICE_NAME, flag -service-name. Defaults to "retry-scheduler".
+	// ServiceName names the scheduler itself: metadata.service of the envelopes it writes for
+	// its own reasons (poison, oversize input), the AMQP app_id of every envelope, the AMQP
+	// connection names ("<name>-<mode>") and the startup log line. (An envelope of a failed
+	// message names the service that failed, from the report.) Env SERVICE_NAME, flag
+	// -service-name. Defaults to "retry-scheduler".
 	ServiceName string
-	// ServiceVersion is this build's version, likewise. Env SERVICE_VERSION, flag
-	// -service-version. Defaults to "dev".
+	// ServiceVersion is this build's version, in metadata.service_version of those envelopes
+	// and the startup log line. Env SERVICE_VERSION, flag -service-version. Defaults to "dev".
 	ServiceVersion string
 	// LogLevel is debug, info, warn or error. Env LOG_LEVEL, flag -log-level.
 	// Defaults to "info".
@@ -147,6 +150,10 @@ type Config struct {
 	// ReplayRate is how many signals per second a dead-letter replay or purge sends. Env
 	// REPLAY_RATE, flag -replay-rate. Defaults to 20.
 	ReplayRate int
+	// TemporalUIURL is the Temporal Web UI's address (http://127.0.0.1:8233, say): the ops API
+	// and page link each item to its workflow's history there. Env TEMPORAL_UI_URL, flag
+	// -temporal-ui-url. Defaults to "" (no links).
+	TemporalUIURL string
 
 	// Security settings (security.go, SECURITY.md). Secrets (TemporalAPIKey, PayloadKeys,
 	// CodecToken) never appear in String, Usage or error messages.
@@ -352,9 +359,9 @@ var settings = func() []setting {
 	dset, dshow = duration(func(c *Config) *time.Duration { return &c.Retention })
 	add("DEAD_LETTER_RETENTION", "retention", "how long a dead message waits for an operator", dset, dshow)
 	set, show = str(func(c *Config) *string { return &c.ServiceName })
-	add("SERVICE_NAME", "service-name", "service name in dead letters, logs and metrics", set, show)
+	add("SERVICE_NAME", "service-name", "the scheduler's name in its own dead letters (poison, oversize), envelopes' app_id, AMQP connection names and the startup log", set, show)
 	set, show = str(func(c *Config) *string { return &c.ServiceVersion })
-	add("SERVICE_VERSION", "service-version", "service version, likewise", set, show)
+	add("SERVICE_VERSION", "service-version", "the scheduler's version in its own dead letters and the startup log", set, show)
 	set, show = lower(func(c *Config) *string { return &c.LogLevel })
 	add("LOG_LEVEL", "log-level", "debug, info, warn or error", set, show)
 	dset, dshow = duration(func(c *Config) *time.Duration { return &c.MetricsInterval })
@@ -375,6 +382,15 @@ var settings = func() []setting {
 	add("API_AUTH", "api-auth", "ops API authentication: tokens, or off (development only)", set, show)
 	iset, ishow = integer(func(c *Config) *int { return &c.ReplayRate })
 	add("REPLAY_RATE", "replay-rate", "signals per second of a dead-letter replay or purge", iset, ishow)
+	add("TEMPORAL_UI_URL", "temporal-ui-url", "Temporal Web UI address the ops page links workflows to (empty: no links)",
+		func(c *Config, v, src string) error {
+			v = strings.TrimRight(strings.TrimSpace(v), "/")
+			if u, err := url.Parse(v); v != "" && (err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "") {
+				return fmt.Errorf("%s: %q is not an http(s) URL", src, v)
+			}
+			c.TemporalUIURL = v
+			return nil
+		}, func(c Config) string { return c.TemporalUIURL })
 	s = append(s, securitySettings()...)
 	return s
 }()

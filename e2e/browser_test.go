@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/url"
 	"os"
 	"strings"
 	"sync"
@@ -18,6 +19,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"retry-scheduler/message"
 	"retry-scheduler/workflows"
 )
 
@@ -208,4 +210,115 @@ func TestOpsBrowser(t *testing.T) {
 	// All handled: the empty state again.
 	p.until("the empty state", `!document.querySelector("#dl-empty").hidden`)
 	assert.Equal(t, "No failed events. All integrations healthy.", p.text("#dl-empty"))
+}
+
+// attr is the element's attribute value ("" when absent).
+func (p *pageDriver) attr(sel, name string) string {
+	p.t.Helper()
+	b, _ := json.Marshal(sel)
+	n, _ := json.Marshal(name)
+	ctx, cancel := context.WithTimeout(p.ctx, 10*time.Second)
+	defer cancel()
+	v, err := chromedp.Run(ctx, chromedp.Evaluate[string](fmt.Sprintf(`(document.querySelector(%s) || {getAttribute: () => ""}).getAttribute(%s) || ""`, b, n)))
+	require.NoError(p.t, err, sel)
+	return v
+}
+
+// setValue sets a form control's value (text input or select).
+func (p *pageDriver) setValue(sel, value string) {
+	p.t.Helper()
+	b, _ := json.Marshal(sel)
+	v, _ := json.Marshal(value)
+	ok, err := p.eval(fmt.Sprintf(`(() => { const el = document.querySelector(%s); if (!el) return false; el.value = %s; return true; })()`, b, v))
+	require.NoError(p.t, err)
+	require.True(p.t, ok, sel)
+}
+
+// Seed 003's rest on the page: each row's and the details' "View log" link into the Temporal
+// Web UI, the attempts table, the event type column and filter, the created-at column, the
+// recently delivered view, and "Retry all matching".
+func TestOpsBrowserSeed003Views(t *testing.T) {
+	ctx := browser(t)
+	s := newStack(t)
+	s.cfg.TemporalUIURL = uiBase
+	api := s.runWithOps()
+	q := s.queue(s.prefix+".orders", nil)
+	other := s.queue(s.prefix+".other", nil)
+	p := &pageDriver{t: t, ctx: ctx}
+	p.acceptDialogs()
+
+	typed := s.typed(q, "t1", "permanent", "")
+	plain := s.dead(q, "", "u1")[0]
+	sch := []string{s.typed(q, "s1", "transient", "email"), s.typed(q, "s2", "transient", "email")}
+	s.publishRetry(message.RetryMessage{MessageID: "ok", OriginalPayload: []byte("p"), OriginalQueue: other,
+		ErrorReason: "503", EventType: "order.created"})
+	delivered := workflows.WorkflowID(other, "ok")
+
+	p.do(
+		chromedp.Navigate(api.base+"/"),
+		chromedp.WaitVisible(chromedp.CSS("#token-input")),
+		chromedp.SendKeys(chromedp.CSS("#token-input"), opToken),
+		chromedp.Click(chromedp.CSS("#sign-in")),
+		chromedp.WaitVisible(chromedp.CSS("#app")),
+	)
+	p.until("dead letter "+typed, rowExpr("#dl-table", typed)+" && "+rowExpr("#dl-table", plain))
+
+	// The event type column, the created-at column and the View log link of a row.
+	row := rowSel("#dl-table", typed)
+	assert.Equal(t, "order.created", p.text(row+" td.event-type"))
+	assert.Equal(t, "", p.text(rowSel("#dl-table", plain)+" td.event-type"))
+	assert.NotEmpty(t, p.attr(row+" td.created", "title"), "created at: when it first failed")
+	listed := rowOf(t, api.must(200, viewerToken, "GET", "/api/dead-letters?queue="+url.QueryEscape(q), nil), typed)
+	wantLog := s.uiLink(typed, listed["run_id"].(string))
+	assert.Equal(t, wantLog, p.attr(row+" a.view-log", "href"))
+	assert.Equal(t, "View log", p.text(row+" a.view-log"))
+	assert.Equal(t, "_blank", p.attr(row+" a.view-log", "target"))
+
+	// Details: a summary, the View log link and the attempts as a table.
+	p.do(chromedp.Click(chromedp.CSS(row + ` td.actions button:nth-child(1)`)))
+	p.until("the details dialog", `document.querySelector("#detail").open`)
+	assert.Equal(t, wantLog, p.attr("#detail-log", "href"))
+	assert.Contains(t, p.text("#detail-summary"), "order.created")
+	attempt := p.text("#detail-attempts tbody tr:nth-child(1)")
+	assert.Contains(t, attempt, "schema mismatch in t1")
+	assert.Contains(t, attempt, "permanent")
+	assert.Equal(t, "1", p.text("#detail-attempts tbody tr:nth-child(1) td:nth-child(1)"))
+	ok, err := p.eval(`document.querySelectorAll("#detail-attempts thead th").length === 6`)
+	require.NoError(t, err)
+	assert.True(t, ok, "time, error, category, HTTP status, retry key and the attempt number")
+	p.do(chromedp.Click(chromedp.CSS("#detail form button")))
+	p.until("the details dialog closed", `!document.querySelector("#detail").open`)
+
+	// The event type filter, on the dead letters and the retry queue.
+	p.setValue("#dl-filters [name=event_type]", "order.created")
+	p.do(chromedp.Click(chromedp.CSS(`#dl-filters button[type=submit]`)))
+	p.until("the event type filter", rowExpr("#dl-table", typed)+" && !"+rowExpr("#dl-table", plain))
+	p.until("scheduled retries "+strings.Join(sch, ", "), rowExpr("#rq-table", sch[0])+" && "+rowExpr("#rq-table", sch[1]))
+	p.setValue("#rq-filters [name=event_type]", "order.paid")
+	p.do(chromedp.Click(chromedp.CSS(`#rq-filters button[type=submit]`)))
+	p.until("an empty filtered retry queue", `!document.querySelector("#rq-empty").hidden`)
+
+	// Retry all matching: every scheduled order.created retry of the queue, after a count.
+	p.setValue("#rq-filters [name=event_type]", "order.created")
+	p.setValue("#rq-filters [name=queue]", q)
+	p.do(chromedp.Click(chromedp.CSS(`#rq-filters button[type=submit]`)))
+	p.do(chromedp.Click(chromedp.CSS("#rq-retry-matching")))
+	p.until("the retry-matching progress line", `document.querySelector("#progress").textContent.includes("Retry all matching complete")`)
+	assert.Equal(t, "Retry all matching complete: 2/2 succeeded.", p.text("#progress"))
+	p.mu.Lock()
+	assert.Contains(t, p.dialogs, "Retry 2 scheduled retr(ies) matching the filter now, on every page?")
+	p.mu.Unlock()
+	for _, id := range sch {
+		assert.NotEqual(t, workflows.StatusScheduled, s.retryStatus(id), id)
+	}
+
+	// Recently delivered: the retry that succeeded, the attempts, when, and the link.
+	p.until("the delivered "+delivered, rowExpr("#dv-table", delivered))
+	drow := rowSel("#dv-table", delivered)
+	text := p.text(drow)
+	assert.Contains(t, text, "Succeeded on retry attempt 1")
+	assert.Contains(t, text, "order.created")
+	assert.Equal(t, "2", p.text(drow+" td.attempts"), "the original delivery and one retry")
+	assert.NotEmpty(t, p.attr(drow+" td.when", "title"))
+	assert.Contains(t, p.attr(drow+" a.view-log", "href"), uiBase+"/namespaces/"+url.PathEscape(s.temporal.Namespace)+"/workflows/"+url.PathEscape(delivered)+"/")
 }

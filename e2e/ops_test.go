@@ -375,3 +375,154 @@ func TestOpsAPIShowsARetryInItsStartDelay(t *testing.T) {
 	require.GreaterOrEqual(t, time.Since(sent), 8*time.Second, "republished at the end of the delay, not before")
 	require.EqualValues(t, 1, d.Headers["x-retry-count"])
 }
+
+// uiBase is the Temporal Web UI address the ops tests configure: the API links items there.
+const uiBase = "http://127.0.0.1:8233"
+
+// uiLink is the Web UI address of workflow id's run.
+func (s *stack) uiLink(id, runID string) string {
+	return uiBase + "/namespaces/" + url.PathEscape(s.temporal.Namespace) + "/workflows/" + url.PathEscape(id) + "/" + url.PathEscape(runID) + "/history"
+}
+
+// typed publishes a message with event type order.created that fails with category (permanent:
+// dead at once; transient under the email policy: scheduled a minute out).
+func (s *stack) typed(queue, id, category, pol string) string {
+	s.t.Helper()
+	s.publishRetry(message.RetryMessage{MessageID: id, OriginalPayload: []byte("p-" + id), OriginalQueue: queue,
+		ErrorReason: "schema mismatch in " + id, ErrorCategory: category, Policy: pol, EventType: "order.created"})
+	return workflows.WorkflowID(queue, id)
+}
+
+func rowOf(t *testing.T, out map[string]any, id string) map[string]any {
+	t.Helper()
+	for _, it := range out["items"].([]any) {
+		if row := it.(map[string]any); row["id"] == id {
+			return row
+		}
+	}
+	t.Fatalf("%s not in %v", id, itemIDs(out))
+	return nil
+}
+
+// Seed 003's rest over the API: the Web UI link (AC-11), the recently delivered (AC-12), the
+// event type as a column and a filter (AC-3, AC-7), the dead letters' created-at order (AC-7)
+// and retrying every matching scheduled item (AC-6 by filter).
+func TestOpsAPISeed003Views(t *testing.T) {
+	s := newStack(t)
+	s.cfg.TemporalUIURL = uiBase
+	api := s.runWithOps()
+	q := s.queue(s.prefix+".orders", nil)
+	other := s.queue(s.prefix+".other", nil)
+
+	deadTyped := s.typed(q, "dt1", "permanent", "")
+	deadPlain := s.dead(q, "", "du1")[0]
+	schTyped := []string{s.typed(q, "st1", "transient", "email"), s.typed(q, "st2", "transient", "email")}
+	schPlain := s.scheduled(q, "su1")[0]
+	// Delivered after the fast policy's 300 ms delay and 2 s quiet window: nobody fails it again.
+	s.publishRetry(message.RetryMessage{MessageID: "ok", OriginalPayload: []byte("p"), OriginalQueue: other,
+		ErrorReason: "503", EventType: "order.created"})
+	delivered := workflows.WorkflowID(other, "ok")
+
+	deadPath := "/api/dead-letters?queue=" + url.QueryEscape(q)
+	queuePath := "/api/retry-queue?queue=" + url.QueryEscape(q)
+	api.waitTotal(viewerToken, deadPath, 2)
+	api.waitTotal(viewerToken, queuePath, 3)
+
+	t.Run("EventTypeColumnAndFilter", func(t *testing.T) {
+		out := api.must(200, viewerToken, "GET", deadPath, nil)
+		assert.Equal(t, "order.created", rowOf(t, out, deadTyped)["event_type"])
+		assert.Nil(t, rowOf(t, out, deadPlain)["event_type"])
+		out = api.must(200, viewerToken, "GET", queuePath, nil)
+		assert.Equal(t, "order.created", rowOf(t, out, schTyped[0])["event_type"])
+		assert.Nil(t, rowOf(t, out, schPlain)["event_type"])
+
+		// The filter is a visibility query on the EventType search attribute.
+		out = api.waitTotal(viewerToken, deadPath+"&event_type=order.created", 1)
+		assert.Equal(t, []string{deadTyped}, itemIDs(out))
+		out = api.waitTotal(viewerToken, queuePath+"&event_type=order.created", 2)
+		assert.ElementsMatch(t, schTyped, itemIDs(out))
+		api.waitTotal(viewerToken, queuePath+"&event_type=order.paid", 0)
+		api.must(400, viewerToken, "GET", queuePath+"&event_type="+url.QueryEscape(`x" OR "1"="1`), nil)
+	})
+
+	t.Run("WebUILinks", func(t *testing.T) {
+		out := api.must(200, viewerToken, "GET", deadPath, nil)
+		row := rowOf(t, out, deadTyped)
+		require.NotEmpty(t, row["run_id"])
+		assert.Equal(t, s.uiLink(deadTyped, row["run_id"].(string)), row["web_ui_url"])
+		msg := api.must(200, viewerToken, "GET", msgPath(deadTyped), nil)
+		assert.Equal(t, s.uiLink(deadTyped, msg["workflow"].(map[string]any)["run_id"].(string)), msg["web_ui_url"])
+		assert.Contains(t, msg["web_ui_url"], "/workflows/retry%2F", "the workflow ID is one path segment")
+	})
+
+	t.Run("CreatedAtOrder", func(t *testing.T) {
+		for _, order := range []string{"asc", "desc"} {
+			out := api.must(200, viewerToken, "GET", deadPath+"&sort=created_at&order="+order, nil)
+			require.Len(t, itemIDs(out), 2)
+			var starts []string
+			for _, it := range out["items"].([]any) {
+				row := it.(map[string]any)
+				starts = append(starts, row["started_at"].(string))
+				assert.NotEmpty(t, row["first_failure_at"])
+			}
+			first, err := time.Parse(time.RFC3339Nano, starts[0])
+			require.NoError(t, err)
+			second, err := time.Parse(time.RFC3339Nano, starts[1])
+			require.NoError(t, err)
+			if order == "asc" {
+				assert.False(t, second.Before(first), "oldest first: %v", starts)
+			} else {
+				assert.False(t, first.Before(second), "newest first: %v", starts)
+			}
+		}
+		api.must(400, viewerToken, "GET", deadPath+"&sort=age", nil)
+	})
+
+	t.Run("RecentlyDelivered", func(t *testing.T) {
+		path := "/api/delivered?queue=" + url.QueryEscape(other)
+		out := api.waitTotal(viewerToken, path, 1)
+		row := rowOf(t, out, delivered)
+		assert.Equal(t, "delivered", row["status"])
+		assert.EqualValues(t, 1, row["succeeded_on_retry"], "succeeded on retry attempt 1")
+		assert.EqualValues(t, 2, row["deliveries"], "the original delivery and one retry")
+		assert.NotEmpty(t, row["closed_at"])
+		assert.Nil(t, row["detail_error"])
+		assert.Equal(t, "order.created", row["event_type"])
+		assert.Equal(t, s.uiLink(delivered, row["run_id"].(string)), row["web_ui_url"])
+		api.waitTotal(viewerToken, path+"&since=1h&event_type=order.created", 1)
+		api.must(400, viewerToken, "GET", "/api/delivered?since=forever", nil)
+		api.must(401, "", "GET", "/api/delivered", nil)
+		// Dead and waiting items are not delivered ones.
+		assert.EqualValues(t, 0, api.must(200, viewerToken, "GET", "/api/delivered?queue="+url.QueryEscape(q), nil)["total"])
+	})
+
+	t.Run("RetryAllMatching", func(t *testing.T) {
+		path := "/api/retry-queue/retry-matching"
+		body := map[string]any{"queue": q, "event_type": "order.created"}
+		api.must(403, viewerToken, "POST", path, body)
+		out := api.must(400, opToken, "POST", path, map[string]any{"queue": q, "older_than": "1h"})
+		assert.Contains(t, out["error"], "dead letters only")
+		dry := api.must(200, opToken, "POST", path, map[string]any{"queue": q, "event_type": "order.created", "dry_run": true})
+		assert.EqualValues(t, 2, dry["count"])
+		assert.Equal(t, workflows.StatusScheduled, s.retryStatus(schTyped[0]), "a dry run changes nothing")
+
+		out = api.must(200, opToken, "POST", path, map[string]any{"queue": q, "event_type": "order.created", "reason": "smtp back"})
+		assert.EqualValues(t, 2, out["count"])
+		assert.EqualValues(t, 2, out["succeeded"])
+		assert.EqualValues(t, 0, out["failed"])
+		for _, id := range schTyped {
+			st, err := s.state(id)
+			require.NoError(t, err)
+			assert.NotEqual(t, workflows.StatusScheduled, st.Status, id)
+			last := st.Events[len(st.Events)-1]
+			assert.Equal(t, workflows.Event{At: last.At, Kind: workflows.SignalRetryNow, Actor: "op", Detail: "smtp back"}, last, id)
+		}
+		// Only the matching ones: the untyped retry still waits, the dead letter is untouched.
+		assert.Equal(t, workflows.StatusScheduled, s.retryStatus(schPlain))
+		assert.Equal(t, workflows.StatusDead, s.retryStatus(deadTyped))
+		api.waitTotal(viewerToken, "/api/retry-queue?status=scheduled&queue="+url.QueryEscape(q), 1)
+		// Nothing scheduled matches any more.
+		again := api.must(200, opToken, "POST", path, map[string]any{"queue": q, "event_type": "order.created"})
+		assert.EqualValues(t, 0, again["count"])
+	})
+}

@@ -1,6 +1,9 @@
 package message
 
-import "time"
+import (
+	"time"
+	"unicode/utf8"
+)
 
 // Attempt is one failure of the message, as the dead-letter envelope and the state query show it.
 type Attempt struct {
@@ -11,6 +14,10 @@ type Attempt struct {
 	ErrorCode  string    `json:"errorCode,omitempty"`
 	HTTPStatus int       `json:"httpStatus,omitempty"`
 	Category   string    `json:"category"`
+	// ErrorType is the reporter's exception class (seed 001), when the report named one.
+	ErrorType string `json:"errorType,omitempty"`
+	// StackTrace is the reporter's stack trace, at most MaxStackTraceBytes, when the report had one.
+	StackTrace string `json:"stackTrace,omitempty"`
 	// RepublishedAt is when the retry that answered this failure was confirmed by the broker; zero if none was.
 	RepublishedAt time.Time `json:"republishedAt,omitzero"`
 	// RetryKey is the x-retry-key of that retry.
@@ -35,8 +42,12 @@ type Envelope struct {
 	FirstFailureAt time.Time `json:"firstFailureAt"`
 	RoutedToDlqAt  time.Time `json:"routedToDlqAt"`
 	CorrelationID  string    `json:"correlationId,omitempty"`
-	WorkflowID     string    `json:"workflowId,omitempty"`
-	RunID          string    `json:"runId,omitempty"`
+	// ErrorType and StackTrace are the last failure's (seed 001's error_details): the last
+	// attempt's that has them, filled by WithLastError.
+	ErrorType  string `json:"errorType,omitempty"`
+	StackTrace string `json:"stackTrace,omitempty"`
+	WorkflowID string `json:"workflowId,omitempty"`
+	RunID      string `json:"runId,omitempty"`
 	// OriginalMessage is the message as it was received; for poison input, the raw delivery.
 	OriginalMessage Message  `json:"originalMessage"`
 	Metadata        Metadata `json:"metadata"`
@@ -50,4 +61,46 @@ type Metadata struct {
 	ServiceVersion        string    `json:"service_version,omitempty"`
 	FirstAttemptTimestamp time.Time `json:"first_attempt_timestamp"`
 	LastAttemptTimestamp  time.Time `json:"last_attempt_timestamp"`
+}
+
+// MaxStackTraceBytes bounds a stack trace carried in reports, workflow state and envelopes:
+// enough for the frames that matter, small next to Temporal's payload limit.
+const MaxStackTraceBytes = 8 << 10
+
+// MaxErrorTypeBytes bounds an error type (an exception class name).
+const MaxErrorTypeBytes = 255
+
+// WithLastError returns e with ErrorType and StackTrace taken from its most recent attempt
+// that has either, unless e has them already.
+func (e Envelope) WithLastError() Envelope {
+	if e.ErrorType != "" || e.StackTrace != "" {
+		return e
+	}
+	for i := len(e.RetryAttempts) - 1; i >= 0; i-- {
+		if a := e.RetryAttempts[i]; a.ErrorType != "" || a.StackTrace != "" {
+			e.ErrorType, e.StackTrace = a.ErrorType, a.StackTrace
+			break
+		}
+	}
+	return e
+}
+
+// Truncate cuts s to at most n bytes on a UTF-8 boundary, marking a cut with "…" (within n).
+func Truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	const mark = "…"
+	if n < len(mark) {
+		return cutAt(s, n)
+	}
+	return cutAt(s, n-len(mark)) + mark
+}
+
+// cutAt is s cut to at most n bytes on a UTF-8 boundary; n < len(s).
+func cutAt(s string, n int) string {
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
 }

@@ -60,6 +60,10 @@ type FailureReport struct {
 
 	// Failure describes the error; the policy package classifies it.
 	Failure policy.Failure `json:"failure"`
+	// ErrorType is the reporter's exception class and StackTrace its stack trace (seed 001),
+	// at most MaxErrorTypeBytes and MaxStackTraceBytes; the workflow keeps them on the attempt.
+	ErrorType  string `json:"error_type,omitempty"`
+	StackTrace string `json:"stack_trace,omitempty"`
 
 	// Policy is the resolved policy (route, per-message override, defaults), chosen by the bridge
 	// so that the workflow never reads configuration.

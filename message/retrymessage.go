@@ -25,4 +25,7 @@ type RetryMessage struct {
 	RetryKey           string         `json:"retry_key,omitempty"`
 	Service            string         `json:"service,omitempty"`
 	ServiceVersion     string         `json:"service_version,omitempty"`
+	ErrorType          string         `json:"error_type,omitempty"`
+	StackTrace         string         `json:"stack_trace,omitempty"`
+	EventType          string         `json:"event_type,omitempty"`
 }

@@ -309,10 +309,14 @@ type FilteredResult struct {
 // maxReportedErrors bounds the errors a replay or purge lists.
 const maxReportedErrors = 100
 
-// filtered sends act to every dead letter matching the body's filter, at ReplayRate signals
-// per second; with dry_run it only counts them.
-func (a *API) filtered(act action) http.HandlerFunc {
-	name := map[string]string{actionRetry.Name: "replay", actionDiscard.Name: "purge"}[act.Name]
+// filtered sends act to every item in status from matching the body's filter, at ReplayRate
+// signals per second; with dry_run it only counts them. It is the dead letters' replay (retry)
+// and purge (discard), and the retry queue's retry-matching (retry of scheduled items).
+func (a *API) filtered(act action, from workflows.Status) http.HandlerFunc {
+	name := "retry-matching"
+	if from == workflows.StatusDead {
+		name = map[string]string{actionRetry.Name: "replay", actionDiscard.Name: "purge"}[act.Name]
+	}
 	return func(w http.ResponseWriter, r *http.Request) {
 		p := principalOf(r.Context())
 		var req BulkFilter
@@ -324,7 +328,7 @@ func (a *API) filtered(act action) http.HandlerFunc {
 			fail(w, err)
 			return
 		}
-		f, err := req.filter(a.cfg.Now())
+		f, err := req.filter(a.cfg.Now(), from)
 		if err == nil {
 			err = tenantScope(p, &f)
 		}
@@ -361,7 +365,7 @@ func (a *API) filtered(act action) http.HandlerFunc {
 			err := lim.Wait(ctx)
 			if err == nil {
 				actx, cancel := context.WithTimeout(ctx, 15*time.Second)
-				_, err = a.apply(actx, p, act, it.ID, req.Reason, nil)
+				_, err = a.apply(actx, p, act, it.ID, req.Reason, []workflows.Status{from})
 				cancel()
 			}
 			if err != nil {
@@ -374,7 +378,7 @@ func (a *API) filtered(act action) http.HandlerFunc {
 			res.Succeeded++
 		}
 		a.audit(p, name, ids, req.Reason, "done", "succeeded", res.Succeeded, "failed", res.Failed,
-			"queue", f.Queue, "category", f.Category, "older_than", req.OlderThan)
+			"queue", f.Queue, "category", f.Category, "tenant_filter", f.Tenant, "event_type", f.EventType, "older_than", req.OlderThan)
 		writeJSON(w, http.StatusOK, res)
 	}
 }

@@ -57,8 +57,11 @@ type APIConfig struct {
 	// DataConverter decodes workflow inputs read from histories: the client's (with the
 	// payload codec when PAYLOAD_KEYS is set). Defaults to the SDK's default converter.
 	DataConverter converter.DataConverter
-	// Now is the clock for older_than. Defaults to time.Now.
+	// Now is the clock for older_than and since. Defaults to time.Now.
 	Now func() time.Time
+	// WebUIURL is the Temporal Web UI's base address (http://127.0.0.1:8233, say): items then
+	// carry web_ui_url, a link to their workflow's history there. Defaults to "" (no links).
+	WebUIURL string
 }
 
 func (c APIConfig) withDefaults() APIConfig {
@@ -86,6 +89,7 @@ func (c APIConfig) withDefaults() APIConfig {
 	if c.Now == nil {
 		c.Now = time.Now
 	}
+	c.WebUIURL = strings.TrimRight(c.WebUIURL, "/")
 	return c
 }
 
@@ -115,6 +119,7 @@ func (a *API) Register(mux *http.ServeMux) {
 	mux.HandleFunc("GET /api/whoami", auth.require(RoleViewer, a.whoami))
 	mux.HandleFunc("GET /api/retry-queue", auth.require(RoleViewer, a.listRetryQueue))
 	mux.HandleFunc("GET /api/dead-letters", auth.require(RoleViewer, a.listDeadLetters))
+	mux.HandleFunc("GET /api/delivered", auth.require(RoleViewer, a.listDelivered))
 	// Workflow IDs hold slashes (retry/<queue>/<id>): the {id...} and {rest...} wildcards take
 	// them percent-encoded in one segment (the mux matches escaped segments) or raw.
 	mux.HandleFunc("GET /api/messages/{id...}", auth.require(RoleViewer, a.getMessage))
@@ -122,11 +127,12 @@ func (a *API) Register(mux *http.ServeMux) {
 	mux.HandleFunc("DELETE /api/dead-letters/{id...}", auth.require(RoleOperator, a.deleteDeadLetter))
 	mux.HandleFunc("POST /api/retry-queue/bulk-retry", auth.require(RoleOperator, a.bulk(actionRetry, workflows.StatusScheduled)))
 	mux.HandleFunc("POST /api/retry-queue/bulk-skip", auth.require(RoleOperator, a.bulk(actionSkip, workflows.StatusScheduled)))
+	mux.HandleFunc("POST /api/retry-queue/retry-matching", auth.require(RoleOperator, a.filtered(actionRetry, workflows.StatusScheduled)))
 	mux.HandleFunc("POST /api/dead-letters/bulk-retry", auth.require(RoleOperator, a.bulk(actionRetry, workflows.StatusDead)))
 	mux.HandleFunc("POST /api/dead-letters/bulk-resolve", auth.require(RoleOperator, a.bulk(actionResolve, workflows.StatusDead)))
 	mux.HandleFunc("POST /api/dead-letters/bulk-discard", auth.require(RoleOperator, a.bulk(actionDiscard, workflows.StatusDead)))
-	mux.HandleFunc("POST /api/dead-letters/replay", auth.require(RoleOperator, a.filtered(actionRetry)))
-	mux.HandleFunc("POST /api/dead-letters/purge", auth.require(RoleAdmin, a.filtered(actionDiscard)))
+	mux.HandleFunc("POST /api/dead-letters/replay", auth.require(RoleOperator, a.filtered(actionRetry, workflows.StatusDead)))
+	mux.HandleFunc("POST /api/dead-letters/purge", auth.require(RoleAdmin, a.filtered(actionDiscard, workflows.StatusDead)))
 	mux.HandleFunc("/api/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, fmt.Sprintf("no route %s %s (see ops/README.md)", r.Method, r.URL.Path))
 	})
@@ -183,16 +189,25 @@ func (a *API) whoami(w http.ResponseWriter, r *http.Request) {
 // Item is one row of a list: what visibility knows, plus the last error from the state query.
 type Item struct {
 	ID          string     `json:"id"`
+	RunID       string     `json:"run_id,omitempty"`
 	MessageID   string     `json:"message_id"`
 	Queue       string     `json:"queue"`
 	Status      string     `json:"status"`
 	Category    string     `json:"category,omitempty"`
 	Policy      string     `json:"policy,omitempty"`
 	Tenant      string     `json:"tenant,omitempty"`
+	EventType   string     `json:"event_type,omitempty"`
 	RetryCount  int64      `json:"retry_count"`
 	NextRetryAt *time.Time `json:"next_retry_at,omitempty"`
 	DeadAt      *time.Time `json:"dead_at,omitempty"`
-	StartedAt   time.Time  `json:"started_at"`
+	// StartedAt is when the first failure report started the workflow: the dead-letter list's
+	// "created at" (sort=created_at).
+	StartedAt time.Time `json:"started_at"`
+	// ClosedAt is when a delivered item's workflow completed: its quiet window ended with no
+	// new failure (the delivered list only).
+	ClosedAt *time.Time `json:"closed_at,omitempty"`
+	// WebUIURL links to the workflow's history in the Temporal Web UI (when configured).
+	WebUIURL string `json:"web_ui_url,omitempty"`
 	// StartDelayUntil is set while the run waits its first retry as its start delay: it has
 	// had no workflow task yet, and operator actions are refused until then.
 	StartDelayUntil *time.Time `json:"start_delay_until,omitempty"`
@@ -204,6 +219,12 @@ type Item struct {
 	DeadReason     string     `json:"dead_reason,omitempty"`
 	FirstFailureAt *time.Time `json:"first_failure_at,omitempty"`
 	DetailError    string     `json:"detail_error,omitempty"`
+
+	// From a delivered item's result (the delivered list only): the retry that succeeded
+	// (seed 000 counting, since the operator's last reset, if any) and how many deliveries it
+	// took, the original one and every republish.
+	SucceededOnRetry int `json:"succeeded_on_retry,omitempty"`
+	Deliveries       int `json:"deliveries,omitempty"`
 }
 
 // ListResponse is a page of a list.
@@ -224,7 +245,7 @@ func (a *API) listRetryQueue(w http.ResponseWriter, r *http.Request) {
 		fail(w, err)
 		return
 	}
-	a.list(w, r, f, false)
+	a.list(w, r, f, order{By: sortNextRetry}, a.enrich)
 }
 
 func (a *API) listDeadLetters(w http.ResponseWriter, r *http.Request) {
@@ -233,7 +254,23 @@ func (a *API) listDeadLetters(w http.ResponseWriter, r *http.Request) {
 		fail(w, err)
 		return
 	}
-	a.list(w, r, f, true)
+	o, err := parseDeadLetterOrder(r.URL.Query())
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	a.list(w, r, f, o, a.enrich)
+}
+
+// listDelivered is seed 003's AC-12: messages delivered by a retry (their workflows completed
+// as delivered) within the last `since`, newest first.
+func (a *API) listDelivered(w http.ResponseWriter, r *http.Request) {
+	f, err := parseDeliveredFilter(r.URL.Query(), a.cfg.Now())
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	a.list(w, r, f, order{By: sortClosedAt, Desc: true}, a.enrichDelivered)
 }
 
 // tenantScope applies the caller's tenant to f: a scoped token sees its tenant only, and
@@ -249,10 +286,11 @@ func tenantScope(p Principal, f *Filter) error {
 	return nil
 }
 
-// list answers one page. dead selects the dead-letter order (DeadAt, newest first) over the
-// retry-queue order (NextRetryTime, soonest first; items without one, being republished or
-// awaiting their outcome, last).
-func (a *API) list(w http.ResponseWriter, r *http.Request, f Filter, dead bool) {
+// list answers one page in order o (the retry queue: NextRetryTime, soonest first, items
+// without one, being republished or awaiting their outcome, last; dead letters: DeadAt or
+// their start, newest first by default; delivered: CloseTime, newest first), then adds what
+// visibility does not know to the page's rows with enrich.
+func (a *API) list(w http.ResponseWriter, r *http.Request, f Filter, o order, enrich func(context.Context, []Item)) {
 	q := r.URL.Query()
 	size, err := parsePageSize(q.Get("page_size"))
 	if err != nil {
@@ -276,10 +314,7 @@ func (a *API) list(w http.ResponseWriter, r *http.Request, f Filter, dead bool) 
 		return
 	}
 	key := func(it *Item) cursor {
-		t := it.NextRetryAt
-		if dead {
-			t = it.DeadAt
-		}
+		t := o.key(it)
 		if t == nil {
 			return cursor{Unset: true, ID: it.ID}
 		}
@@ -293,7 +328,7 @@ func (a *API) list(w http.ResponseWriter, r *http.Request, f Filter, dead bool) 
 			}
 			return -1
 		case x.At != y.At:
-			if (x.At < y.At) != dead {
+			if (x.At < y.At) != o.Desc {
 				return -1
 			}
 			return 1
@@ -316,7 +351,10 @@ func (a *API) list(w http.ResponseWriter, r *http.Request, f Filter, dead bool) 
 	if end < len(items) {
 		resp.NextPageToken = key(&items[end-1]).encode()
 	}
-	a.enrich(ctx, resp.Items)
+	enrich(ctx, resp.Items)
+	for i := range resp.Items {
+		resp.Items[i].WebUIURL = a.webUIURL(resp.Items[i].ID, resp.Items[i].RunID)
+	}
 	writeJSON(w, http.StatusOK, resp)
 }
 
@@ -345,8 +383,12 @@ func (a *API) scan(ctx context.Context, query string) ([]Item, bool, error) {
 
 // itemOf reads a list row from an execution's search attributes.
 func itemOf(e *workflowpb.WorkflowExecutionInfo) Item {
-	it := Item{ID: e.GetExecution().GetWorkflowId(), StartedAt: e.GetStartTime().AsTime(),
-		StartDelayUntil: startDelayUntil(e)}
+	it := Item{ID: e.GetExecution().GetWorkflowId(), RunID: e.GetExecution().GetRunId(),
+		StartedAt: e.GetStartTime().AsTime().UTC(), StartDelayUntil: startDelayUntil(e)}
+	if e.GetCloseTime() != nil {
+		t := e.GetCloseTime().AsTime().UTC()
+		it.ClosedAt = &t
+	}
 	fields := e.GetSearchAttributes().GetIndexedFields()
 	dc := converter.GetDefaultDataConverter()
 	str := func(name string) string {
@@ -373,6 +415,7 @@ func itemOf(e *workflowpb.WorkflowExecutionInfo) Item {
 	it.Category = str(workflows.SAErrorCategory.GetName())
 	it.Policy = str(workflows.SAPolicy.GetName())
 	it.Tenant = str(workflows.SATenant.GetName())
+	it.EventType = str(workflows.SAEventType.GetName())
 	if p, ok := fields[workflows.SARetryCount.GetName()]; ok {
 		_ = dc.FromPayload(p, &it.RetryCount)
 	}
@@ -399,6 +442,9 @@ func (a *API) enrich(ctx context.Context, items []Item) {
 				return nil
 			}
 			it.MessageID = st.Message.MessageID
+			if it.EventType == "" {
+				it.EventType = st.Message.EventType
+			}
 			it.MaxRetries = maxRetries(st)
 			it.Attempts = len(st.Attempts)
 			if n := len(st.Attempts); n > 0 {
@@ -464,6 +510,8 @@ type MessageResponse struct {
 	ID       string           `json:"id"`
 	Workflow WorkflowInfo     `json:"workflow"`
 	State    *workflows.State `json:"state"`
+	// WebUIURL links to the workflow's history in the Temporal Web UI (when configured).
+	WebUIURL string `json:"web_ui_url,omitempty"`
 	// StateError says why the state could not be read (the workflow is closed and no worker
 	// could replay it, say).
 	StateError string `json:"state_error,omitempty"`
@@ -553,7 +601,7 @@ func (a *API) getMessage(w http.ResponseWriter, r *http.Request) {
 		fail(w, err)
 		return
 	}
-	resp := MessageResponse{ID: id, Workflow: wf}
+	resp := MessageResponse{ID: id, Workflow: wf, WebUIURL: a.webUIURL(id, wf.RunID)}
 	st, err := a.state(ctx, id, wf.StartDelayUntil)
 	if err != nil {
 		if p.Tenant != "" {

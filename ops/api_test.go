@@ -1,12 +1,13 @@
 package ops
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
-	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"sort"
 	"strings"
 	"sync"
@@ -42,6 +43,8 @@ type fakeTemporal struct {
 	// delayed holds the first events of runs still in their start delay: their query fails
 	// as Temporal's does before the first workflow task.
 	delayed map[string][]*historypb.HistoryEvent
+	// results are the results of closed (delivered) runs, read from their close events.
+	results map[string]workflows.Result
 }
 
 func newFake(states ...workflows.State) *fakeTemporal {
@@ -68,7 +71,8 @@ func (f *fakeTemporal) ListWorkflow(_ context.Context, req *workflowservice.List
 	for _, id := range ids {
 		s := f.wfs[id]
 		wantDead := strings.Contains(req.GetQuery(), `RetryStatus = "dead"`)
-		if f.closed[id] || (s.Status == workflows.StatusDead) != wantDead {
+		wantClosed := strings.Contains(req.GetQuery(), `ExecutionStatus = "Completed"`)
+		if f.closed[id] != wantClosed || (!wantClosed && (s.Status == workflows.StatusDead) != wantDead) {
 			continue
 		}
 		fields := map[string]*commonpb.Payload{
@@ -81,11 +85,22 @@ func (f *fakeTemporal) ListWorkflow(_ context.Context, req *workflowservice.List
 		if !s.DeadAt.IsZero() {
 			fields["DeadAt"] = p(s.DeadAt)
 		}
-		out = append(out, &workflowpb.WorkflowExecutionInfo{
+		if s.Message.EventType != "" {
+			fields["EventType"] = p(s.Message.EventType)
+		}
+		started := t0
+		if !s.FirstFailureAt.IsZero() {
+			started = s.FirstFailureAt
+		}
+		info := &workflowpb.WorkflowExecutionInfo{
 			Execution:        &commonpb.WorkflowExecution{WorkflowId: id, RunId: "run"},
 			SearchAttributes: &commonpb.SearchAttributes{IndexedFields: fields},
-			StartTime:        timestamppb.New(t0), ExecutionTime: f.executionTime(id),
-		})
+			StartTime:        timestamppb.New(started), ExecutionTime: f.executionTime(id),
+		}
+		if f.closed[id] {
+			info.CloseTime = timestamppb.New(s.LastFailureAt)
+		}
+		out = append(out, info)
 	}
 	return &workflowservice.ListWorkflowExecutionsResponse{Executions: out}, nil
 }
@@ -140,9 +155,18 @@ func (f *fakeTemporal) QueryWorkflow(_ context.Context, id, _, _ string, _ ...in
 	return encoded{b}, err
 }
 
-func (f *fakeTemporal) GetWorkflowHistory(_ context.Context, id, _ string, _ bool, _ enumspb.HistoryEventFilterType) client.HistoryEventIterator {
+func (f *fakeTemporal) GetWorkflowHistory(_ context.Context, id, _ string, _ bool, filter enumspb.HistoryEventFilterType) client.HistoryEventIterator {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if filter == enumspb.HISTORY_EVENT_FILTER_TYPE_CLOSE_EVENT {
+		res, ok := f.results[id]
+		if !ok {
+			return &events{}
+		}
+		pl, _ := converter.GetDefaultDataConverter().ToPayloads(res)
+		return &events{evs: []*historypb.HistoryEvent{{EventId: 9, Attributes: &historypb.HistoryEvent_WorkflowExecutionCompletedEventAttributes{
+			WorkflowExecutionCompletedEventAttributes: &historypb.WorkflowExecutionCompletedEventAttributes{Result: pl}}}}}
+	}
 	return &events{evs: f.delayed[id]}
 }
 
@@ -201,20 +225,28 @@ type harness struct {
 	t    *testing.T
 	fake *fakeTemporal
 	srv  http.Handler
+	// log holds the API's log lines (JSON), the audit lines among them.
+	log *bytes.Buffer
 }
 
 func newHarness(t *testing.T, states ...workflows.State) *harness {
+	return newHarnessUI(t, "", states...)
+}
+
+// newHarnessUI is newHarness with the Temporal Web UI at ui.
+func newHarnessUI(t *testing.T, ui string, states ...workflows.State) *harness {
 	tokens, err := ParseTokens("test", "v:viewer=viewer-token-0123456789,o:operator=operator-token-012345,a:admin=admin-token-0123456789,acme:operator:acme=acme-token-0123456789")
 	require.NoError(t, err)
 	auth, err := NewAuth(tokens)
 	require.NoError(t, err)
 	fake := newFake(states...)
+	var log bytes.Buffer
 	api, err := NewAPI(APIConfig{Client: fake, Auth: auth, TaskQueue: "tq", ActionWait: time.Second, ReplayRate: 1000,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Now: func() time.Time { return t0 }})
+		Logger: slog.New(slog.NewJSONHandler(&log, nil)), Now: func() time.Time { return t0 }, WebUIURL: ui})
 	require.NoError(t, err)
 	mux := Handler(prometheus.NewRegistry(), nil, nil)
 	api.Register(mux)
-	return &harness{t: t, fake: fake, srv: mux}
+	return &harness{t: t, fake: fake, srv: mux, log: &log}
 }
 
 func (h *harness) do(token, method, path, body string) (int, map[string]any) {
@@ -418,5 +450,188 @@ func TestDelayedRunsShowTheirStateFromTheStart(t *testing.T) {
 		assert.NotNil(t, row["start_delay_until"], row["id"])
 		assert.Nil(t, row["detail_error"], row["id"])
 		assert.Equal(t, "503 from "+row["message_id"].(string), row["last_error"])
+	}
+}
+
+func TestWebUILinks(t *testing.T) {
+	h := newHarnessUI(t, "http://ui.test:8233/", item("orders", "m/1", workflows.StatusDead, t0, ""))
+	code, out := h.do("v", "GET", "/api/dead-letters", "")
+	require.Equal(t, 200, code, out)
+	row := out["items"].([]any)[0].(map[string]any)
+	assert.Equal(t, "http://ui.test:8233/namespaces/default/workflows/retry%2Forders%2Fm%2F1/run/history", row["web_ui_url"])
+	code, out = h.do("v", "GET", "/api/messages/retry%2Forders%2Fm%2F1", "")
+	require.Equal(t, 200, code, out)
+	assert.Equal(t, "http://ui.test:8233/namespaces/default/workflows/retry%2Forders%2Fm%2F1/run/history", out["web_ui_url"])
+
+	h = newHarness(t, item("orders", "m", workflows.StatusDead, t0, ""))
+	_, out = h.do("v", "GET", "/api/dead-letters", "")
+	assert.Nil(t, out["items"].([]any)[0].(map[string]any)["web_ui_url"], "no UI configured: no link")
+}
+
+func TestEventTypeColumnAndFilter(t *testing.T) {
+	typed := item("orders", "t", workflows.StatusScheduled, t0.Add(time.Second), "")
+	typed.Message.EventType = "order.created"
+	// A run whose search attribute is not set yet still shows the type from its state.
+	fromState := item("orders", "d", workflows.StatusDead, t0, "")
+	fromState.Message.EventType = "order.paid"
+	h := newHarness(t, typed, fromState)
+	h.fake.wfs[fromState.WorkflowID].Message.EventType = "order.paid"
+	code, out := h.do("v", "GET", "/api/retry-queue?event_type=order.created", "")
+	require.Equal(t, 200, code, out)
+	assert.Contains(t, h.fake.queries[len(h.fake.queries)-1], `EventType = "order.created"`)
+	assert.Equal(t, "order.created", out["items"].([]any)[0].(map[string]any)["event_type"])
+	code, out = h.do("v", "GET", "/api/dead-letters?event_type=order.paid", "")
+	require.Equal(t, 200, code, out)
+	assert.Contains(t, h.fake.queries[len(h.fake.queries)-1], `EventType = "order.paid"`)
+	assert.Equal(t, "order.paid", out["items"].([]any)[0].(map[string]any)["event_type"])
+	code, out = h.do("v", "GET", "/api/dead-letters?event_type="+url.QueryEscape(`x" OR "1"="1`), "")
+	assert.Equal(t, 400, code, out)
+	assert.Contains(t, out["error"], "event_type")
+}
+
+func TestDeadLettersSortByCreatedAt(t *testing.T) {
+	// a died last but failed first; b died first but failed last.
+	a := item("orders", "a", workflows.StatusDead, t0, "")
+	a.FirstFailureAt = t0.Add(-3 * time.Hour)
+	b := item("orders", "b", workflows.StatusDead, t0.Add(-time.Hour), "")
+	b.FirstFailureAt = t0.Add(-2 * time.Hour)
+	c := item("orders", "c", workflows.StatusDead, t0.Add(-2*time.Hour), "")
+	c.FirstFailureAt = t0.Add(-time.Hour)
+	h := newHarness(t, a, b, c)
+	for _, tt := range []struct {
+		query string
+		want  []string
+	}{
+		{"", []string{"retry/orders/a", "retry/orders/b", "retry/orders/c"}},
+		{"?sort=created_at", []string{"retry/orders/c", "retry/orders/b", "retry/orders/a"}},
+		{"?sort=created_at&order=asc", []string{"retry/orders/a", "retry/orders/b", "retry/orders/c"}},
+		{"?sort=dead_at&order=asc", []string{"retry/orders/c", "retry/orders/b", "retry/orders/a"}},
+	} {
+		code, out := h.do("v", "GET", "/api/dead-letters"+tt.query, "")
+		require.Equal(t, 200, code, out)
+		assert.Equal(t, tt.want, ids(out), tt.query)
+		// Paged one at a time, the keyset follows the same order.
+		var got []string
+		token := ""
+		sep := "?"
+		if tt.query != "" {
+			sep = "&"
+		}
+		for range 5 {
+			_, out := h.do("v", "GET", "/api/dead-letters"+tt.query+sep+"page_size=1&next_page_token="+token, "")
+			got = append(got, ids(out)...)
+			if token, _ = out["next_page_token"].(string); token == "" {
+				break
+			}
+		}
+		assert.Equal(t, tt.want, got, "paged %s", tt.query)
+	}
+	code, out := h.do("v", "GET", "/api/dead-letters?sort=created_at", "")
+	require.Equal(t, 200, code, out)
+	assert.Equal(t, t0.Add(-time.Hour).Format(time.RFC3339), out["items"].([]any)[0].(map[string]any)["started_at"])
+	code, out = h.do("v", "GET", "/api/dead-letters?sort=age", "")
+	assert.Equal(t, 400, code, out)
+}
+
+func TestDelivered(t *testing.T) {
+	del := func(id string, closedAt time.Time, retry, seq int) workflows.State {
+		s := item("orders", id, workflows.StatusDelivered, time.Time{}, "")
+		s.RetryCount, s.Sequence, s.LastFailureAt = retry, seq, closedAt
+		return s
+	}
+	h := newHarnessUI(t, "http://ui.test", del("old", t0.Add(-2*time.Hour), 1, 1), del("new", t0.Add(-time.Minute), 2, 2),
+		del("noresult", t0.Add(-time.Hour), 3, 3), item("orders", "live", workflows.StatusScheduled, t0, ""))
+	for id := range h.fake.wfs {
+		h.fake.closed[id] = id != "retry/orders/live"
+	}
+	h.fake.results = map[string]workflows.Result{
+		"retry/orders/old": {Status: workflows.StatusDelivered, RetryCount: 1, Sequence: 1},
+		"retry/orders/new": {Status: workflows.StatusDelivered, RetryCount: 2, Sequence: 2},
+	}
+	code, out := h.do("v", "GET", "/api/delivered", "")
+	require.Equal(t, 200, code, out)
+	assert.Contains(t, h.fake.queries[len(h.fake.queries)-1],
+		`ExecutionStatus = "Completed" AND TaskQueue = "tq" AND RetryStatus = "delivered" AND CloseTime >= "2026-02-28T12:00:00Z"`)
+	assert.Equal(t, []string{"retry/orders/new", "retry/orders/noresult", "retry/orders/old"}, ids(out), "newest first")
+	rows := out["items"].([]any)
+	first := rows[0].(map[string]any)
+	assert.EqualValues(t, 2, first["succeeded_on_retry"])
+	assert.EqualValues(t, 3, first["deliveries"], "the original delivery and two republishes")
+	assert.Equal(t, t0.Add(-time.Minute).Format(time.RFC3339), first["closed_at"])
+	assert.Equal(t, "http://ui.test/namespaces/default/workflows/retry%2Forders%2Fnew/run/history", first["web_ui_url"])
+	noResult := rows[1].(map[string]any)
+	assert.EqualValues(t, 3, noResult["succeeded_on_retry"], "from the RetryCount search attribute")
+	assert.Contains(t, noResult["detail_error"], "no completion event")
+
+	code, _ = h.do("v", "GET", "/api/delivered?since=7d&queue=orders&event_type=order.created", "")
+	require.Equal(t, 200, code)
+	assert.Contains(t, h.fake.queries[len(h.fake.queries)-1], `EventType = "order.created" AND CloseTime >= "2026-02-22T12:00:00Z"`)
+	for _, bad := range []string{"?since=forever", "?since=100d", "?status=dead"} {
+		code, out := h.do("v", "GET", "/api/delivered"+bad, "")
+		assert.Equal(t, 400, code, bad)
+		assert.NotEmpty(t, out["error"], bad)
+	}
+	code, out = h.do("", "GET", "/api/delivered", "")
+	assert.Equal(t, 401, code, out)
+}
+
+func TestRetryMatching(t *testing.T) {
+	a := item("orders", "a", workflows.StatusScheduled, t0.Add(time.Second), "")
+	a.Message.EventType = "order.created"
+	b := item("orders", "b", workflows.StatusScheduled, t0.Add(2*time.Second), "acme")
+	h := newHarness(t, a, b, item("orders", "dead", workflows.StatusDead, t0, ""))
+
+	code, out := h.do("o", "POST", "/api/retry-queue/retry-matching", `{"queue":"orders","event_type":"order.created","dry_run":true}`)
+	require.Equal(t, 200, code, out)
+	assert.Contains(t, h.fake.queries[len(h.fake.queries)-1], `RetryStatus = "scheduled" AND OriginalQueue = "orders" AND EventType = "order.created"`)
+	assert.EqualValues(t, 2, out["count"], "the fake does not evaluate the query: both scheduled items")
+	assert.Equal(t, true, out["dry_run"])
+	assert.Equal(t, workflows.StatusScheduled, h.fake.wfs["retry/orders/a"].Status, "a dry run changes nothing")
+
+	// A tenant's token retries its own only (the query is scoped; the fake lists both, and the
+	// other tenant's item is refused by the per-item check).
+	code, out = h.do("acme", "POST", "/api/retry-queue/retry-matching", `{"reason":"smtp back"}`)
+	require.Equal(t, 200, code, out)
+	assert.Contains(t, h.fake.queries[len(h.fake.queries)-1], `TenantId = "acme"`)
+	assert.EqualValues(t, 1, out["succeeded"])
+	assert.EqualValues(t, 1, out["failed"])
+	assert.Contains(t, out["errors"].(map[string]any)["retry/orders/a"], "another tenant")
+	assert.Equal(t, workflows.StatusRepublishing, h.fake.wfs["retry/orders/b"].Status)
+	assert.Equal(t, workflows.Event{Kind: workflows.SignalRetryNow, Actor: "acme", Detail: "smtp back"}, h.fake.wfs["retry/orders/b"].Events[0])
+
+	// Audited like replay: who, what, the filter, the counts.
+	var audit map[string]any
+	lines := strings.Split(strings.TrimSpace(h.log.String()), "\n")
+	require.NoError(t, json.Unmarshal([]byte(lines[len(lines)-1]), &audit))
+	assert.Equal(t, "operator action", audit["msg"])
+	assert.Equal(t, "retry-matching", audit["action"])
+	assert.Equal(t, "acme", audit["actor"])
+	assert.Equal(t, "smtp back", audit["reason"])
+	assert.Equal(t, "acme", audit["tenant_filter"])
+	assert.EqualValues(t, 1, audit["succeeded"])
+	assert.EqualValues(t, 1, audit["failed"])
+
+	// b is republishing now: an illegal transition is refused, counted as failed.
+	code, out = h.do("o", "POST", "/api/retry-queue/retry-matching", `{}`)
+	require.Equal(t, 200, code, out)
+	assert.EqualValues(t, 1, out["succeeded"])
+	assert.EqualValues(t, 1, out["failed"])
+	assert.Contains(t, out["errors"].(map[string]any)["retry/orders/b"], "is republishing")
+
+	for _, tt := range []struct {
+		token, body string
+		status      int
+		contains    string
+	}{
+		{"v", `{}`, 403, "needs operator"},
+		{"o", ``, 400, "body is empty"},
+		{"o", `{"older_than":"1h"}`, 400, "dead letters only"},
+		{"o", `{"status":"dead"}`, 400, "unknown field"},
+		{"o", `{"event_type":"a\\b"}`, 400, "event_type"},
+		{"acme", `{"tenant":"globex"}`, 403, "scoped to tenant"},
+	} {
+		code, out := h.do(tt.token, "POST", "/api/retry-queue/retry-matching", tt.body)
+		assert.Equal(t, tt.status, code, "%s: %v", tt.body, out)
+		assert.Contains(t, out["error"], tt.contains, tt.body)
 	}
 }

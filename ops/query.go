@@ -71,26 +71,35 @@ func timeLiteral(t time.Time) string { return quote(t.UTC().Format(time.RFC3339N
 // Filter selects retry workflows. Zero fields do not filter.
 type Filter struct {
 	// Statuses are RetryStatus values (OR'ed); empty means the list's own default.
-	Statuses []workflows.Status
-	Queue    string
-	Category string
-	Tenant   string
+	Statuses  []workflows.Status
+	Queue     string
+	Category  string
+	Tenant    string
+	EventType string
 	// DeadFrom and DeadTo bound DeadAt (inclusive from, exclusive to).
 	DeadFrom, DeadTo time.Time
+	// Closed selects runs that completed (delivered ones) instead of running ones; ClosedFrom
+	// bounds their CloseTime (inclusive).
+	Closed     bool
+	ClosedFrom time.Time
 }
 
 // scope is what every query of this deployment adds: its own workflows only (type and task
 // queue), running ones only (a parked dead letter is a running workflow; a closed one keeps the
-// status it had when it closed).
+// status it had when it closed) unless the filter asks for completed ones.
 type scope struct {
 	TaskQueue string
 }
 
 // Query builds the visibility query for f.
 func (s scope) Query(f Filter) string {
+	execStatus := `ExecutionStatus = "Running"`
+	if f.Closed {
+		execStatus = `ExecutionStatus = "Completed"`
+	}
 	parts := []string{
 		"WorkflowType = " + quote(workflows.RetryWorkflowName),
-		`ExecutionStatus = "Running"`,
+		execStatus,
 	}
 	if s.TaskQueue != "" {
 		parts = append(parts, "TaskQueue = "+quote(s.TaskQueue))
@@ -115,11 +124,17 @@ func (s scope) Query(f Filter) string {
 	if f.Tenant != "" {
 		parts = append(parts, workflows.SATenant.GetName()+" = "+quote(f.Tenant))
 	}
+	if f.EventType != "" {
+		parts = append(parts, workflows.SAEventType.GetName()+" = "+quote(f.EventType))
+	}
 	if !f.DeadFrom.IsZero() {
 		parts = append(parts, workflows.SADeadAt.GetName()+" >= "+timeLiteral(f.DeadFrom))
 	}
 	if !f.DeadTo.IsZero() {
 		parts = append(parts, workflows.SADeadAt.GetName()+" < "+timeLiteral(f.DeadTo))
+	}
+	if !f.ClosedFrom.IsZero() {
+		parts = append(parts, "CloseTime >= "+timeLiteral(f.ClosedFrom))
 	}
 	return strings.Join(parts, " AND ")
 }
@@ -163,9 +178,10 @@ func knownParams(q url.Values, allowed ...string) error {
 	return nil
 }
 
-// parseRetryQueueFilter reads GET /api/retry-queue's filters: status, queue, category, tenant.
+// parseRetryQueueFilter reads GET /api/retry-queue's filters: status, queue, category, tenant,
+// event_type.
 func parseRetryQueueFilter(q url.Values) (Filter, error) {
-	if err := knownParams(q, "status", "queue", "category", "tenant", "page_size", "next_page_token"); err != nil {
+	if err := knownParams(q, "status", "queue", "category", "tenant", "event_type", "page_size", "next_page_token"); err != nil {
 		return Filter{}, err
 	}
 	f := Filter{Statuses: liveStatuses}
@@ -186,7 +202,7 @@ func parseRetryQueueFilter(q url.Values) (Filter, error) {
 	return f, nil
 }
 
-// parseCommonFilter reads the filters both lists take: queue, category, tenant.
+// parseCommonFilter reads the filters every list takes: queue, category, tenant, event_type.
 func parseCommonFilter(q url.Values, f *Filter) error {
 	var err error
 	if v := q.Get("queue"); v != "" {
@@ -204,6 +220,11 @@ func parseCommonFilter(q url.Values, f *Filter) error {
 			return err
 		}
 	}
+	if v := q.Get("event_type"); v != "" {
+		if f.EventType, err = parseText("event_type", v); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
@@ -216,10 +237,11 @@ func isLive(st workflows.Status) bool {
 	return false
 }
 
-// parseDeadLetterFilter reads GET /api/dead-letters' filters: queue, category, tenant, from, to
-// (RFC 3339, on DeadAt).
+// parseDeadLetterFilter reads GET /api/dead-letters' filters: queue, category, tenant,
+// event_type, from, to (RFC 3339, on DeadAt). The order (sort, order) is read by
+// parseDeadLetterOrder.
 func parseDeadLetterFilter(q url.Values) (Filter, error) {
-	if err := knownParams(q, "queue", "category", "tenant", "from", "to", "page_size", "next_page_token"); err != nil {
+	if err := knownParams(q, "queue", "category", "tenant", "event_type", "from", "to", "sort", "order", "page_size", "next_page_token"); err != nil {
 		return Filter{}, err
 	}
 	f := Filter{Statuses: []workflows.Status{workflows.StatusDead}}
@@ -245,6 +267,64 @@ func parseDeadLetterFilter(q url.Values) (Filter, error) {
 	return f, nil
 }
 
+// Sort keys of the dead-letter list.
+const (
+	// sortDeadAt orders by when the item died (DeadAt).
+	sortDeadAt = "dead_at"
+	// sortCreatedAt orders by when its first failure report started the workflow (seed 003's
+	// "Created At": the run's StartTime, known to visibility for every row).
+	sortCreatedAt = "created_at"
+)
+
+// parseDeadLetterOrder reads sort (dead_at, the default, or created_at) and order (desc, the
+// default: newest first, or asc).
+func parseDeadLetterOrder(q url.Values) (order, error) {
+	o := order{By: sortDeadAt, Desc: true}
+	switch v := q.Get("sort"); v {
+	case "", sortDeadAt:
+	case sortCreatedAt:
+		o.By = sortCreatedAt
+	default:
+		return order{}, badf("sort %q is not dead_at or created_at", v)
+	}
+	switch v := q.Get("order"); v {
+	case "", "desc":
+	case "asc":
+		o.Desc = false
+	default:
+		return order{}, badf("order %q is not desc or asc", v)
+	}
+	return o, nil
+}
+
+// Defaults and bounds of the delivered list's window.
+const (
+	defaultDeliveredSince = 24 * time.Hour
+	maxDeliveredSince     = 90 * 24 * time.Hour
+)
+
+// parseDeliveredFilter reads GET /api/delivered's filters: since (a duration back from now,
+// default 24h), queue, category, tenant, event_type.
+func parseDeliveredFilter(q url.Values, now time.Time) (Filter, error) {
+	if err := knownParams(q, "since", "queue", "category", "tenant", "event_type", "page_size", "next_page_token"); err != nil {
+		return Filter{}, err
+	}
+	f := Filter{Statuses: []workflows.Status{workflows.StatusDelivered}, Closed: true}
+	if err := parseCommonFilter(q, &f); err != nil {
+		return Filter{}, err
+	}
+	since := defaultDeliveredSince
+	if v := q.Get("since"); v != "" {
+		d, err := parseAge(v)
+		if err != nil || d <= 0 || d > maxDeliveredSince {
+			return Filter{}, badf("since %q is not a duration from 1s to 90d (e.g. 30m, 24h, 7d)", v)
+		}
+		since = d
+	}
+	f.ClosedFrom = now.Add(-since)
+	return f, nil
+}
+
 // Paging defaults.
 const (
 	defaultPageSize = 50
@@ -261,6 +341,34 @@ func parsePageSize(v string) (int, error) {
 	}
 	return n, nil
 }
+
+// order is how a list sorts: By names the time it sorts on, Desc puts the newest first. Items
+// without that time sort last either way.
+type order struct {
+	By   string
+	Desc bool
+}
+
+// key is its sort time under o: nil when it has none.
+func (o order) key(it *Item) *time.Time {
+	switch o.By {
+	case sortDeadAt:
+		return it.DeadAt
+	case sortCreatedAt:
+		t := it.StartedAt
+		return &t
+	case sortClosedAt:
+		return it.ClosedAt
+	default:
+		return it.NextRetryAt
+	}
+}
+
+// The other sort keys: the retry queue's and the delivered list's.
+const (
+	sortNextRetry = "next_retry_at"
+	sortClosedAt  = "closed_at"
+)
 
 // cursor is the keyset position after the last item of a page: its sort time and workflow ID.
 // Keyset, not offset, so that items that leave the list between pages do not shift the next
@@ -296,21 +404,37 @@ func decodeCursor(v string) (*cursor, error) {
 	return &c, nil
 }
 
-// BulkFilter is the body of replay and purge: which dead letters.
+// BulkFilter is the body of replay, purge and retry-matching: which items.
 type BulkFilter struct {
-	Queue    string `json:"queue,omitempty"`
-	Category string `json:"category,omitempty"`
+	Queue     string `json:"queue,omitempty"`
+	Category  string `json:"category,omitempty"`
+	Tenant    string `json:"tenant,omitempty"`
+	EventType string `json:"event_type,omitempty"`
 	// OlderThan selects dead letters dead for at least this long (a Go duration or whole days,
-	// e.g. 90m, 24h, 7d).
+	// e.g. 90m, 24h, 7d). Replay and purge only.
 	OlderThan string `json:"older_than,omitempty"`
 	DryRun    bool   `json:"dry_run,omitempty"`
 	Reason    string `json:"reason,omitempty"`
 }
 
-// filter validates b and turns it into a Filter on dead letters, relative to now.
-func (b BulkFilter) filter(now time.Time) (Filter, error) {
-	f := Filter{Statuses: []workflows.Status{workflows.StatusDead}}
+// filter validates b and turns it into a Filter on items in status, relative to now.
+// older_than applies to dead letters only.
+func (b BulkFilter) filter(now time.Time, status workflows.Status) (Filter, error) {
+	f := Filter{Statuses: []workflows.Status{status}}
 	var err error
+	if b.Tenant != "" {
+		if f.Tenant, err = parseText("tenant", b.Tenant); err != nil {
+			return Filter{}, err
+		}
+	}
+	if b.EventType != "" {
+		if f.EventType, err = parseText("event_type", b.EventType); err != nil {
+			return Filter{}, err
+		}
+	}
+	if b.OlderThan != "" && status != workflows.StatusDead {
+		return Filter{}, badf("older_than applies to dead letters only (it is the time since an item died)")
+	}
 	if b.Queue != "" {
 		if f.Queue, err = parseText("queue", b.Queue); err != nil {
 			return Filter{}, err

@@ -75,17 +75,84 @@ func TestFiltersRefuseBadValues(t *testing.T) {
 
 func TestBulkFilter(t *testing.T) {
 	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
-	f, err := BulkFilter{Queue: "orders", Category: "permanent", OlderThan: "2d"}.filter(now)
+	f, err := BulkFilter{Queue: "orders", Category: "permanent", OlderThan: "2d"}.filter(now, workflows.StatusDead)
 	require.NoError(t, err)
 	assert.Equal(t, []workflows.Status{workflows.StatusDead}, f.Statuses)
 	assert.Equal(t, time.Date(2026, 2, 27, 12, 0, 0, 0, time.UTC), f.DeadTo)
 	assert.Equal(t, base+` AND RetryStatus = "dead" AND OriginalQueue = "orders" AND ErrorCategory = "permanent" AND DeadAt < "2026-02-27T12:00:00Z"`, scope{TaskQueue: "tq"}.Query(f))
 
-	for _, b := range []BulkFilter{{OlderThan: "-1h"}, {OlderThan: "soon"}, {OlderThan: "0s"}, {Category: "x"}, {Queue: "\x01"}} {
-		_, err := b.filter(now)
+	for _, b := range []BulkFilter{{OlderThan: "-1h"}, {OlderThan: "soon"}, {OlderThan: "0s"}, {Category: "x"}, {Queue: "\x01"},
+		{EventType: `a"b`}, {Tenant: "\x01"}} {
+		_, err := b.filter(now, workflows.StatusDead)
 		var br badRequest
 		require.ErrorAs(t, err, &br, "%+v", b)
 	}
+
+	// The retry queue's retry-matching: scheduled items only, by event type and tenant too; an
+	// age is a dead letter's.
+	f, err = BulkFilter{Queue: "orders", EventType: "order.created", Tenant: "acme"}.filter(now, workflows.StatusScheduled)
+	require.NoError(t, err)
+	assert.Equal(t, base+` AND RetryStatus = "scheduled" AND OriginalQueue = "orders" AND TenantId = "acme" AND EventType = "order.created"`, scope{TaskQueue: "tq"}.Query(f))
+	_, err = BulkFilter{OlderThan: "1h"}.filter(now, workflows.StatusScheduled)
+	var br badRequest
+	require.ErrorAs(t, err, &br)
+	assert.Contains(t, br.msg, "dead letters only")
+}
+
+func TestEventTypeFilter(t *testing.T) {
+	s := scope{TaskQueue: "tq"}
+	f, err := parseRetryQueueFilter(url.Values{"event_type": {"order.created"}})
+	require.NoError(t, err)
+	assert.Equal(t, base+` AND RetryStatus IN ("scheduled", "republishing", "awaiting-outcome") AND EventType = "order.created"`, s.Query(f))
+	f, err = parseDeadLetterFilter(url.Values{"event_type": {"it's.odd"}, "category": {"permanent"}})
+	require.NoError(t, err)
+	assert.Equal(t, base+` AND RetryStatus = "dead" AND ErrorCategory = "permanent" AND EventType = "it's.odd"`, s.Query(f))
+	for _, bad := range []string{`x" OR EventType != "y`, `a\b`, "a\x00", string(make([]byte, 256))} {
+		_, err := parseRetryQueueFilter(url.Values{"event_type": {bad}})
+		var br badRequest
+		require.ErrorAs(t, err, &br, bad)
+		_, err = parseDeadLetterFilter(url.Values{"event_type": {bad}})
+		require.ErrorAs(t, err, &br, bad)
+	}
+}
+
+func TestDeliveredQuery(t *testing.T) {
+	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	s := scope{TaskQueue: "tq"}
+	closed := `WorkflowType = "RetryWorkflow" AND ExecutionStatus = "Completed" AND TaskQueue = "tq"`
+	f, err := parseDeliveredFilter(url.Values{}, now)
+	require.NoError(t, err)
+	assert.Equal(t, closed+` AND RetryStatus = "delivered" AND CloseTime >= "2026-02-28T12:00:00Z"`, s.Query(f), "the last 24 h by default")
+	f, err = parseDeliveredFilter(url.Values{"since": {"7d"}, "queue": {"orders"}, "event_type": {"order.created"}}, now)
+	require.NoError(t, err)
+	assert.Equal(t, closed+` AND RetryStatus = "delivered" AND OriginalQueue = "orders" AND EventType = "order.created" AND CloseTime >= "2026-02-22T12:00:00Z"`, s.Query(f))
+	for _, q := range []url.Values{{"since": {"yesterday"}}, {"since": {"-1h"}}, {"since": {"91d"}}, {"status": {"dead"}}, {"from": {"x"}}} {
+		_, err := parseDeliveredFilter(q, now)
+		var br badRequest
+		require.ErrorAs(t, err, &br, "%v", q)
+	}
+}
+
+func TestDeadLetterOrder(t *testing.T) {
+	o, err := parseDeadLetterOrder(url.Values{})
+	require.NoError(t, err)
+	assert.Equal(t, order{By: sortDeadAt, Desc: true}, o)
+	o, err = parseDeadLetterOrder(url.Values{"sort": {"created_at"}, "order": {"asc"}})
+	require.NoError(t, err)
+	assert.Equal(t, order{By: sortCreatedAt}, o)
+	for _, q := range []url.Values{{"sort": {"next_retry_at"}}, {"order": {"up"}}} {
+		_, err := parseDeadLetterOrder(q)
+		var br badRequest
+		require.ErrorAs(t, err, &br, "%v", q)
+	}
+}
+
+func TestWorkflowUIURL(t *testing.T) {
+	assert.Equal(t, "", WorkflowUIURL("", "default", "retry/orders/m-1", "r1"), "no UI configured: no link")
+	assert.Equal(t, "http://127.0.0.1:8233/namespaces/default/workflows/retry%2Forders%2Fm-1/0195-ab/history",
+		WorkflowUIURL("http://127.0.0.1:8233", "default", "retry/orders/m-1", "0195-ab"))
+	assert.Equal(t, "https://ui.example/t/namespaces/prod.acme/workflows/retry%2Forders%2Fa%20b%3Fc%23d",
+		WorkflowUIURL("https://ui.example/t", "prod.acme", "retry/orders/a b?c#d", ""), "without a run: the UI opens the latest")
 }
 
 func TestTenantScope(t *testing.T) {

@@ -28,6 +28,10 @@ const (
 	ManualName = "manual"
 )
 
+// seed004UnknownMaxRetries is seed 004's cap on retries of unknown errors ("limited retry
+// (max 2), then DLQ"), a rule of its catalogue's policies only.
+const seed004UnknownMaxRetries = 2
+
 // DefaultQuietWindow is how long a republished message must go without a new failure
 // before it counts as delivered, unless a policy says otherwise.
 const DefaultQuietWindow = 30 * time.Second
@@ -47,12 +51,12 @@ func Builtins() map[string]Policy {
 	const m, h = time.Minute, time.Hour
 
 	list := []Policy{
-		{Name: AggressiveName, Backoff: exp(500*time.Millisecond, 2, 5*time.Second), Jitter: equal, MaxRetries: 3, MaxWindow: 15 * time.Second},
-		{Name: StandardName, Backoff: exp(time.Second, 2, 30*time.Second), Jitter: equal, MaxRetries: 5, MaxWindow: 5 * m},
-		{Name: PatientName, Backoff: exp(2*time.Second, 2, 60*time.Second), Jitter: equal, MaxRetries: 8, MaxWindow: 15 * m},
-		{Name: CriticalName, Backoff: exp(time.Second, 2, 120*time.Second), Jitter: equal, MaxRetries: 12, MaxWindow: 30 * m},
+		{Name: AggressiveName, Backoff: exp(500*time.Millisecond, 2, 5*time.Second), Jitter: equal, MaxRetries: 3, UnknownMaxRetries: seed004UnknownMaxRetries, MaxWindow: 15 * time.Second},
+		{Name: StandardName, Backoff: exp(time.Second, 2, 30*time.Second), Jitter: equal, MaxRetries: 5, UnknownMaxRetries: seed004UnknownMaxRetries, MaxWindow: 5 * m},
+		{Name: PatientName, Backoff: exp(2*time.Second, 2, 60*time.Second), Jitter: equal, MaxRetries: 8, UnknownMaxRetries: seed004UnknownMaxRetries, MaxWindow: 15 * m},
+		{Name: CriticalName, Backoff: exp(time.Second, 2, 120*time.Second), Jitter: equal, MaxRetries: 12, UnknownMaxRetries: seed004UnknownMaxRetries, MaxWindow: 30 * m},
 		// The backoff only makes the policy valid: with no retries it is never used.
-		{Name: NoneName, Backoff: exp(time.Second, 1, time.Second), Jitter: none, MaxRetries: 0},
+		{Name: NoneName, Backoff: exp(time.Second, 1, time.Second), Jitter: none, MaxRetries: 0, UnknownMaxRetries: seed004UnknownMaxRetries},
 		SeedDefault(3, 2*time.Second, 60*time.Second),
 		{Name: OutboundName, Backoff: exp(2*time.Second, 2, 8*time.Second), Jitter: Jitter{Mode: Proportional, Fraction: 0.2}, MaxRetries: 3},
 		{Name: EmailName, Backoff: sched(1*m, 5*m, 15*m, 1*h, 3*h, 6*h, 12*h, 24*h), Jitter: none, MaxRetries: 8, QuietWindow: 5 * m},

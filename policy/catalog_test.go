@@ -21,6 +21,18 @@ func TestNewCatalog(t *testing.T) {
 	assert.Empty(t, note)
 }
 
+// Seed 004's catalogue caps unknown errors at 2 retries; the other seeds' policies do not.
+func TestBuiltinUnknownCaps(t *testing.T) {
+	for name, p := range Builtins() {
+		switch name {
+		case AggressiveName, StandardName, PatientName, CriticalName, NoneName:
+			assert.Equal(t, 2, p.UnknownMaxRetries, name)
+		default:
+			assert.Zero(t, p.UnknownMaxRetries, name)
+		}
+	}
+}
+
 func TestCatalogSet(t *testing.T) {
 	var c Catalog // nil map
 	p := Builtins()[StandardName]

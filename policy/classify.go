@@ -63,10 +63,33 @@ var reasonRules = []reasonRule{
 	{[]string{"credential", "misconfigur", "configuration"}, Configuration},
 }
 
+// Rules is a version of the decision rules (Classify, Decide). A workflow that started under
+// older rules keeps them on replay (it picks with workflow.GetVersion); everything else uses
+// CurrentRules.
+type Rules int
+
+const (
+	// RulesUnknownCapEverywhere are the rules before issue 11: unknown errors get at most 2
+	// retries under every policy, and socket error codes count only in the error_code field.
+	RulesUnknownCapEverywhere Rules = iota
+	// RulesUnknownCapPerPolicy: the cap on unknown errors is the policy's UnknownMaxRetries
+	// (none when 0), and socket error codes (and "socket hang up") in the reason text are
+	// transient like the error_code field (seed 000's Node.js consumers report them that way).
+	RulesUnknownCapPerPolicy
+	// CurrentRules are the rules new decisions follow.
+	CurrentRules = RulesUnknownCapPerPolicy
+)
+
+// legacyUnknownMaxRetries is the cap RulesUnknownCapEverywhere puts on unknown errors.
+const legacyUnknownMaxRetries = 2
+
+// Classify puts a failure in a category under CurrentRules.
+func Classify(f Failure) Category { return CurrentRules.Classify(f) }
+
 // Classify puts a failure in a category (seed 004's decision tree): an explicit category
 // from the reporter wins, then the HTTP status, then the error code, then the reason
 // text; anything unrecognised is Unknown, which is retried only briefly.
-func Classify(f Failure) Category {
+func (r Rules) Classify(f Failure) Category {
 	if c, ok := ParseCategory(f.Category); ok {
 		return c
 	}
@@ -74,6 +97,9 @@ func Classify(f Failure) Category {
 		return c
 	}
 	if transientCodes[strings.ToUpper(strings.TrimSpace(f.ErrorCode))] {
+		return Transient
+	}
+	if r >= RulesUnknownCapPerPolicy && hasTransientCode(f.Reason) {
 		return Transient
 	}
 	reason := strings.ToLower(f.Reason)
@@ -85,6 +111,24 @@ func Classify(f Failure) Category {
 		}
 	}
 	return Unknown
+}
+
+// hasTransientCode reports whether an error's text names a socket error code as a word
+// ("ECONNRESET: socket hang up", "connect ETIMEDOUT 10.0.0.1:443") or says "socket hang up"
+// (Node.js's text for a reset connection). A word, so that "EPIPELINE" is not EPIPE.
+func hasTransientCode(reason string) bool {
+	if strings.Contains(strings.ToLower(reason), "socket hang up") {
+		return true
+	}
+	words := strings.FieldsFunc(reason, func(c rune) bool {
+		return !(c >= 'A' && c <= 'Z' || c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '_')
+	})
+	for _, w := range words {
+		if transientCodes[strings.ToUpper(w)] {
+			return true
+		}
+	}
+	return false
 }
 
 // classifyStatus handles 4xx and 5xx statuses; others (0, 2xx, 3xx) say nothing.

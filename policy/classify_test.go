@@ -44,6 +44,15 @@ func TestRetryable(t *testing.T) {
 	}
 }
 
+// The rules before issue 11 do not read socket codes in the reason text.
+func TestClassifyUnknownCapEverywhere(t *testing.T) {
+	old := RulesUnknownCapEverywhere
+	assert.Equal(t, Unknown, old.Classify(Failure{Reason: "ECONNRESET: socket hang up"}))
+	assert.Equal(t, Transient, old.Classify(Failure{ErrorCode: "ECONNRESET", Reason: "socket hang up"}))
+	assert.Equal(t, Transient, old.Classify(Failure{Reason: "Connection reset by peer"}))
+	assert.Equal(t, Transient, Classify(Failure{Reason: "ECONNRESET: socket hang up"}))
+}
+
 func TestClassify(t *testing.T) {
 	tests := []struct {
 		name string
@@ -88,6 +97,16 @@ func TestClassify(t *testing.T) {
 		{"code case-insensitive", Failure{ErrorCode: " econnreset "}, Transient},
 		{"unknown code falls to reason", Failure{ErrorCode: "EACCES", Reason: "invalid field"}, Validation},
 		{"unknown code alone", Failure{ErrorCode: "EACCES"}, Unknown},
+
+		// Socket error codes in the reason text, as Node.js consumers report them.
+		{"ECONNRESET in text", Failure{Reason: "ECONNRESET: socket hang up"}, Transient},
+		{"socket hang up alone", Failure{Reason: "Error: Socket hang up"}, Transient},
+		{"code inside a sentence", Failure{Reason: "connect ETIMEDOUT 10.0.0.7:443"}, Transient},
+		{"lower-case code in text", Failure{Reason: "write epipe"}, Transient},
+		{"EAI_AGAIN in text", Failure{Reason: "getaddrinfo EAI_AGAIN api.example.com"}, Transient},
+		{"code in text beats schema", Failure{Reason: "ECONNREFUSED fetching schema"}, Transient},
+		{"code must be a whole word", Failure{Reason: "EPIPELINE broke"}, Unknown},
+		{"status beats code in text", Failure{HTTPStatus: 400, Reason: "ECONNRESET"}, Permanent},
 
 		// Reason: rate limited.
 		{"too many requests", Failure{Reason: "Too Many Requests"}, RateLimited},

@@ -18,10 +18,6 @@ const (
 	CauseManual = "manual"
 )
 
-// unknownMaxRetries caps retries of unclassified failures: they may be permanent, so
-// they get a couple of chances rather than the policy's full budget.
-const unknownMaxRetries = 2
-
 // Decision is what to do with a failed message.
 type Decision struct {
 	// Retry is true to republish after Delay, false to send to dead.
@@ -42,11 +38,18 @@ type Decision struct {
 // Decide chooses between retrying and dead for a failure. retryCount is how many retries
 // the message already had (0 on its first failure), maxOverride > 0 replaces
 // p.MaxRetries, sinceFirst is the time since the first failure and u in [0, 1) picks the
-// jitter (see JitterFraction). It is pure so that workflows can call it on replay.
+// jitter (see JitterFraction). It is pure so that workflows can call it on replay. It
+// follows CurrentRules.
 func Decide(p Policy, f Failure, retryCount, maxOverride int, sinceFirst time.Duration, u float64) Decision {
+	return CurrentRules.Decide(p, f, retryCount, maxOverride, sinceFirst, u)
+}
+
+// Decide is Decide under rules r. sinceFirst is the time since the window opened: the first
+// failure, or what the caller counts as a new start.
+func (r Rules) Decide(p Policy, f Failure, retryCount, maxOverride int, sinceFirst time.Duration, u float64) Decision {
 	retryCount = max(retryCount, 0)
 	sinceFirst = max(sinceFirst, 0)
-	cat := Classify(f)
+	cat := r.Classify(f)
 	dead := func(cause, reason string) Decision {
 		return Decision{Attempt: retryCount, Category: cat, Cause: cause, Reason: reason}
 	}
@@ -62,9 +65,13 @@ func Decide(p Policy, f Failure, retryCount, maxOverride int, sinceFirst time.Du
 		maxRetries = maxOverride
 	}
 	capNote := ""
-	if cat == Unknown && maxRetries > unknownMaxRetries {
-		maxRetries = unknownMaxRetries
-		capNote = " (unknown errors get at most 2)"
+	unknownCap := p.UnknownMaxRetries
+	if r < RulesUnknownCapPerPolicy {
+		unknownCap = legacyUnknownMaxRetries
+	}
+	if cat == Unknown && unknownCap > 0 && maxRetries > unknownCap {
+		maxRetries = unknownCap
+		capNote = fmt.Sprintf(" (unknown errors get at most %d)", unknownCap)
 	}
 	if retryCount >= maxRetries {
 		return dead(CauseExhausted, fmt.Sprintf("exhausted: %d of %d retries used%s", retryCount, maxRetries, capNote))

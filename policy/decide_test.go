@@ -62,7 +62,7 @@ func TestDecide(t *testing.T) {
 			want: Decision{Category: Transient, Cause: CauseExhausted, Reason: "exhausted: 0 of 0 retries used"},
 		},
 
-		// Unknown failures get at most 2 retries.
+		// Unknown failures get at most the policy's unknown_max_retries (2 on seed 004's policies).
 		{
 			name: "unknown retried while under 2", p: std, f: unknown, retryCount: 1,
 			want: Decision{Retry: true, Attempt: 2, Delay: 1 * s, Category: Unknown, Reason: "unknown: retry 2 of 2 in 1s"},
@@ -72,8 +72,24 @@ func TestDecide(t *testing.T) {
 			want: Decision{Attempt: 2, Category: Unknown, Cause: CauseExhausted, Reason: "exhausted: 2 of 2 retries used (unknown errors get at most 2)"},
 		},
 		{
-			name: "unknown capped below a max of 3", p: def, f: unknown, retryCount: 2,
+			name: "seed 000's default does not cap unknown", p: def, f: unknown, retryCount: 2,
+			want: Decision{Retry: true, Attempt: 3, Delay: 8 * s, Category: Unknown, Reason: "unknown: retry 3 of 3 in 8s"},
+		},
+		{
+			name: "default dead after its 3 unknown retries", p: def, f: unknown, retryCount: 3,
+			want: Decision{Attempt: 3, Category: Unknown, Cause: CauseExhausted, Reason: "exhausted: 3 of 3 retries used"},
+		},
+		{
+			name: "a policy's own unknown cap", p: Policy{Name: "one-unknown", Backoff: def.Backoff, MaxRetries: 5, UnknownMaxRetries: 1}, f: unknown, retryCount: 1,
+			want: Decision{Attempt: 1, Category: Unknown, Cause: CauseExhausted, Reason: "exhausted: 1 of 1 retries used (unknown errors get at most 1)"},
+		},
+		{
+			name: "aggressive caps unknown at 2", p: aggr, f: unknown, retryCount: 2,
 			want: Decision{Attempt: 2, Category: Unknown, Cause: CauseExhausted, Reason: "exhausted: 2 of 2 retries used (unknown errors get at most 2)"},
+		},
+		{
+			name: "socket code in the reason text is transient", p: def, f: Failure{Reason: "ECONNRESET: socket hang up"}, retryCount: 2,
+			want: Decision{Retry: true, Attempt: 3, Delay: 8 * s, Category: Transient, Reason: "transient: retry 3 of 3 in 8s"},
 		},
 		{
 			name: "unknown cap ignores a larger override", p: std, f: unknown, retryCount: 2, override: 10,
@@ -146,6 +162,47 @@ func TestDecide(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			got := Decide(tt.p, tt.f, tt.retryCount, tt.override, tt.sinceFirst, tt.u)
 			assert.Equal(t, tt.want, got)
+		})
+	}
+}
+
+// Workflows that started before issue 11 keep the old rules on replay: unknown errors capped
+// at 2 under every policy, socket codes in the reason text not read.
+func TestDecideUnknownCapEverywhere(t *testing.T) {
+	b := Builtins()
+	def, std := b[DefaultName], b[StandardName]
+	old := RulesUnknownCapEverywhere
+	tests := []struct {
+		name       string
+		p          Policy
+		f          Failure
+		retryCount int
+		want       Decision
+	}{
+		{
+			name: "default capped at 2", p: def, f: Failure{HTTPStatus: 500}, retryCount: 2,
+			want: Decision{Attempt: 2, Category: Unknown, Cause: CauseExhausted, Reason: "exhausted: 2 of 2 retries used (unknown errors get at most 2)"},
+		},
+		{
+			name: "a policy without a cap still capped", p: Policy{Name: "p", Backoff: def.Backoff, MaxRetries: 5}, f: Failure{HTTPStatus: 500}, retryCount: 2,
+			want: Decision{Attempt: 2, Category: Unknown, Cause: CauseExhausted, Reason: "exhausted: 2 of 2 retries used (unknown errors get at most 2)"},
+		},
+		{
+			name: "socket code in the text is unknown", p: def, f: Failure{Reason: "ECONNRESET: socket hang up"}, retryCount: 2,
+			want: Decision{Attempt: 2, Category: Unknown, Cause: CauseExhausted, Reason: "exhausted: 2 of 2 retries used (unknown errors get at most 2)"},
+		},
+		{
+			name: "seed 004 policy agrees with the current rules", p: std, f: Failure{HTTPStatus: 500}, retryCount: 1,
+			want: Decision{Retry: true, Attempt: 2, Delay: time.Second, Category: Unknown, Reason: "unknown: retry 2 of 2 in 1s"},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := old.Decide(tt.p, tt.f, tt.retryCount, 0, 0, 0)
+			assert.Equal(t, tt.want, got)
+			if tt.p.Name == StandardName {
+				assert.Equal(t, got, CurrentRules.Decide(tt.p, tt.f, tt.retryCount, 0, 0, 0))
+			}
 		})
 	}
 }

@@ -24,13 +24,15 @@ type fileCatalog struct {
 }
 
 type filePolicy struct {
-	Backoff         *fileBackoff `yaml:"backoff"`
-	Jitter          *fileJitter  `yaml:"jitter"`
-	MaxRetries      *int         `yaml:"max_retries"`
-	MaxWindow       duration     `yaml:"max_window"`
-	QuietWindow     *duration    `yaml:"quiet_window"`
-	DeadLetterQueue string       `yaml:"dead_letter_queue"`
-	Manual          bool         `yaml:"manual"`
+	Backoff    *fileBackoff `yaml:"backoff"`
+	Jitter     *fileJitter  `yaml:"jitter"`
+	MaxRetries *int         `yaml:"max_retries"`
+	// UnknownMaxRetries caps retries of unknown errors; absent or 0: no cap.
+	UnknownMaxRetries int       `yaml:"unknown_max_retries"`
+	MaxWindow         duration  `yaml:"max_window"`
+	QuietWindow       *duration `yaml:"quiet_window"`
+	DeadLetterQueue   string    `yaml:"dead_letter_queue"`
+	Manual            bool      `yaml:"manual"`
 }
 
 type fileBackoff struct {
@@ -139,12 +141,13 @@ func (fp filePolicy) policy(name string) (Policy, error) {
 		errs = append(errs, fmt.Errorf("policy %q: "+format, append([]any{name}, args...)...))
 	}
 	p := Policy{
-		Name:            name,
-		MaxWindow:       time.Duration(fp.MaxWindow),
-		QuietWindow:     DefaultQuietWindow,
-		DeadLetterQueue: fp.DeadLetterQueue,
-		Manual:          fp.Manual,
-		Jitter:          Jitter{Mode: NoJitter},
+		Name:              name,
+		MaxWindow:         time.Duration(fp.MaxWindow),
+		UnknownMaxRetries: fp.UnknownMaxRetries,
+		QuietWindow:       DefaultQuietWindow,
+		DeadLetterQueue:   fp.DeadLetterQueue,
+		Manual:            fp.Manual,
+		Jitter:            Jitter{Mode: NoJitter},
 	}
 	if fp.QuietWindow != nil {
 		p.QuietWindow = time.Duration(*fp.QuietWindow)

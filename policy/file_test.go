@@ -18,13 +18,14 @@ func TestParseExampleFile(t *testing.T) {
 
 	assert.Equal(t, StandardName, c.Default)
 	assert.Equal(t, Policy{
-		Name:            "billing",
-		Backoff:         Backoff{Kind: Exponential, Initial: time.Second, Multiplier: 2, Max: 30 * time.Second},
-		Jitter:          Jitter{Mode: Equal},
-		MaxRetries:      5,
-		MaxWindow:       10 * time.Minute,
-		QuietWindow:     30 * time.Second,
-		DeadLetterQueue: "billing.dead",
+		Name:              "billing",
+		Backoff:           Backoff{Kind: Exponential, Initial: time.Second, Multiplier: 2, Max: 30 * time.Second},
+		Jitter:            Jitter{Mode: Equal},
+		MaxRetries:        5,
+		UnknownMaxRetries: 2,
+		MaxWindow:         10 * time.Minute,
+		QuietWindow:       30 * time.Second,
+		DeadLetterQueue:   "billing.dead",
 	}, c.Policies["billing"])
 	assert.Equal(t, Policy{
 		Name:        "notifications",
@@ -36,11 +37,12 @@ func TestParseExampleFile(t *testing.T) {
 
 	// The file's "aggressive" replaces the built-in; multiplier defaults to 2.
 	assert.Equal(t, Policy{
-		Name:        AggressiveName,
-		Backoff:     Backoff{Kind: Exponential, Initial: 200 * time.Millisecond, Multiplier: 2, Max: 2 * time.Second},
-		Jitter:      Jitter{Mode: Additive, Max: 100 * time.Millisecond},
-		MaxRetries:  2,
-		QuietWindow: 30 * time.Second,
+		Name:              AggressiveName,
+		Backoff:           Backoff{Kind: Exponential, Initial: 200 * time.Millisecond, Multiplier: 2, Max: 2 * time.Second},
+		Jitter:            Jitter{Mode: Additive, Max: 100 * time.Millisecond},
+		MaxRetries:        2,
+		UnknownMaxRetries: 1,
+		QuietWindow:       30 * time.Second,
 	}, c.Policies[AggressiveName])
 
 	// Built-ins the file does not mention are still there, unchanged.
@@ -197,6 +199,8 @@ func TestParseErrors(t *testing.T) {
 			[]string{`policy "p": backoff.initial must be above 0`, `policy "p": max_retries must be between 0 and 1000`}},
 		{"bad jitter mode", "policies:\n  p:\n" + okPolicy + "    jitter: {mode: gaussian}\n",
 			[]string{`policy "p": jitter.mode "gaussian" must be one of`}},
+		{"negative unknown cap", "policies:\n  p:\n" + okPolicy + "    unknown_max_retries: -1\n",
+			[]string{`policy "p": unknown_max_retries must be between 0 and 1000, not -1`}},
 		{"negative window", "policies:\n  p:\n" + okPolicy + "    max_window: -1m\n",
 			[]string{`policy "p": max_window must not be negative`}},
 		{"empty policy name", "policies:\n  \"\":\n" + okPolicy, []string{`policy "": name must not be empty`}},

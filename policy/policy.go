@@ -80,6 +80,10 @@ type Policy struct {
 	Jitter  Jitter  `json:"jitter"`
 	// MaxRetries is how many republishes a message gets; the failure after the last is dead.
 	MaxRetries int `json:"max_retries"`
+	// UnknownMaxRetries, when above 0, caps the retries of failures classified Unknown: they
+	// may be permanent, so seed 004's policies give them 2 chances rather than the full
+	// budget. 0 means no cap (seed 000's default retries every error alike).
+	UnknownMaxRetries int `json:"unknown_max_retries,omitempty"`
 	// MaxWindow, when above 0, sends the message to dead once a retry would fall later than
 	// this after the first failure.
 	MaxWindow time.Duration `json:"max_window,omitempty"`

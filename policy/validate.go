@@ -63,6 +63,9 @@ func (p Policy) Validate() error {
 	if p.MaxRetries < 0 || p.MaxRetries > maxMaxRetries {
 		bad("max_retries must be between 0 and %d, not %d", maxMaxRetries, p.MaxRetries)
 	}
+	if p.UnknownMaxRetries < 0 || p.UnknownMaxRetries > maxMaxRetries {
+		bad("unknown_max_retries must be between 0 and %d, not %d", maxMaxRetries, p.UnknownMaxRetries)
+	}
 	if p.MaxWindow < 0 {
 		bad("max_window must not be negative")
 	}

@@ -108,6 +108,7 @@ func TestPolicyValidate(t *testing.T) {
 		{"proportional NaN", func(p *Policy) { p.Jitter = Jitter{Mode: Proportional, Fraction: math.NaN()} }, `jitter.fraction`},
 		{"negative max retries", func(p *Policy) { p.MaxRetries = -1 }, `policy "billing": max_retries must be between 0 and 1000, not -1`},
 		{"too many retries", func(p *Policy) { p.MaxRetries = 1001 }, `max_retries must be between 0 and 1000, not 1001`},
+		{"negative unknown cap", func(p *Policy) { p.UnknownMaxRetries = -1 }, `policy "billing": unknown_max_retries must be between 0 and 1000, not -1`},
 		{"negative max window", func(p *Policy) { p.MaxWindow = -1 }, `policy "billing": max_window must not be negative`},
 		{"negative quiet window", func(p *Policy) { p.QuietWindow = -1 }, `policy "billing": quiet_window must not be negative`},
 	}

@@ -60,6 +60,7 @@ func mountOpsAPI(mux *http.ServeMux, cfg config.Config, tc ops.Temporal, dc conv
 		Namespace:     cfg.Namespace,
 		TaskQueue:     cfg.TaskQueue,
 		ReplayRate:    float64(cfg.ReplayRate),
+		WebUIURL:      cfg.TemporalUIURL,
 		ActionWait:    5 * time.Second,
 		Logger:        logger,
 	})

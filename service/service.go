@@ -7,8 +7,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/http"
 	"reflect"
+	"slices"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -41,6 +43,8 @@ const (
 // error shuts it down too, and Run then returns that error.
 func Run(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 	runOps := cfg.Mode == "all" || cfg.Mode == "bridge"
+	runWorker := cfg.Mode == "all" || cfg.Mode == "worker"
+	runBridge := cfg.Mode == "all" || cfg.Mode == "bridge"
 	var auth *ops.Auth
 	if runOps {
 		var err error
@@ -76,7 +80,15 @@ func Run(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 		PublishTimeout: cfg.PublishTimeout,
 		QueueType:      cfg.QueueType,
 	}
-	if err := broker.Declare(bcfg, broker.Topology(bcfg, cfg.RetryQueue, cfg.ManualReviewQueue)...); err != nil {
+	// The bridge routes messages by the policy catalogue, so its process declares every
+	// dead-letter queue the catalogue names; a worker-only process declares the main one.
+	var catalog *policy.Catalog
+	if runBridge {
+		if catalog, err = loadCatalog(cfg); err != nil {
+			return err
+		}
+	}
+	if err := broker.Declare(bcfg, broker.Topology(bcfg, cfg.RetryQueue, cfg.ManualReviewQueue, deadLetterQueues(catalog)...)...); err != nil {
 		return fmt.Errorf("declare topology: %w", err)
 	}
 	pub := broker.NewPublisher(bcfg, logger.With("component", "publisher"))
@@ -92,11 +104,11 @@ func Run(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 	}
 	g, ctx := errgroup.WithContext(ctx)
 
-	runWorker := cfg.Mode == "all" || cfg.Mode == "worker"
-	runBridge := cfg.Mode == "all" || cfg.Mode == "bridge"
 	fatal := worker.NewFatal()
 	if runWorker {
-		acts := &activities.Activities{Publisher: pub, History: history{client: tc, namespace: cfg.Namespace}, Logger: logger.With("component", "activities"), Metrics: activities.NewMetrics(reg)}
+		acts := &activities.Activities{Publisher: pub, History: history{client: tc, namespace: cfg.Namespace},
+			Logger: logger.With("component", "activities"), Metrics: activities.NewMetrics(reg),
+			DeadLetterTTL: cfg.Retention, ServiceName: cfg.ServiceName}
 		w := worker.New(tc, worker.Options{TaskQueue: cfg.TaskQueue, StopTimeout: cfg.WorkerStopTimeout, WorkflowPollers: cfg.WorkflowPollers,
 			OnFatalError: func(err error) {
 				fatal.Report(err)
@@ -118,10 +130,6 @@ func Run(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 		})
 	}
 	if runBridge {
-		catalog, err := loadCatalog(cfg)
-		if err != nil {
-			return err
-		}
 		rep := &workflows.Reporter{Client: tc, TaskQueue: cfg.TaskQueue, Retention: cfg.Retention, Eager: runWorker, MaxStartDelay: cfg.StartDelayMax}
 		b := bridge.New(bridge.Config{
 			Queue:           cfg.RetryQueue,
@@ -131,6 +139,8 @@ func Run(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 			Probe:           temporalProbe(tc),
 			IngressArgs:     broker.IngressArgs(bcfg, cfg.ManualReviewQueue),
 			DeadLetterArgs:  broker.QueueArgs(bcfg),
+			ServiceName:     cfg.ServiceName,
+			ServiceVersion:  cfg.ServiceVersion,
 			Decode: bridge.DecodeOptions{
 				MaxMessageBytes:        cfg.MaxMessageBytes,
 				Resolver:               catalog,
@@ -171,7 +181,7 @@ func Run(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 		ReadHeaderTimeout: 5 * time.Second,
 	}
 	g.Go(func() error {
-		logger.Info("http listening", "addr", srv.Addr)
+		logger.Info("http listening", "addr", srv.Addr, "mode", cfg.Mode, "service", cfg.ServiceName, "service_version", cfg.ServiceVersion)
 		if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			return fmt.Errorf("serve http on %s: %w", srv.Addr, err)
 		}
@@ -207,7 +217,7 @@ func stopWorker(w sdkworker.Worker, fatal *worker.Fatal, logger *slog.Logger) {
 	select {
 	case <-stopped:
 	case <-t.C:
-		logger.Warn("worker still stopping; not waiting longer", "component", "worker", "waited", fatalStopWait)
+		logger.Warn("worker still stopping; not waiting longer", "component", "worker", "waited_ms", fatalStopWait.Milliseconds())
 	}
 }
 
@@ -226,4 +236,24 @@ func loadCatalog(cfg config.Config) (*policy.Catalog, error) {
 		c.Set(policy.SeedDefault(cfg.DefaultMaxRetries, cfg.BaseDelay, cfg.MaxDelay))
 	}
 	return c, c.Validate()
+}
+
+// deadLetterQueues are the dead-letter queues c names, its policies' and its routes', sorted;
+// none for a nil catalogue.
+func deadLetterQueues(c *policy.Catalog) []string {
+	if c == nil {
+		return nil
+	}
+	set := map[string]bool{}
+	for _, p := range c.Policies {
+		if p.DeadLetterQueue != "" {
+			set[p.DeadLetterQueue] = true
+		}
+	}
+	for _, r := range c.Routes {
+		if r.DeadLetterQueue != "" {
+			set[r.DeadLetterQueue] = true
+		}
+	}
+	return slices.Sorted(maps.Keys(set))
 }

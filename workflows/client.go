@@ -105,6 +105,6 @@ func FirstDelay(id string, r message.FailureReport) (policy.Decision, bool) {
 	}
 	now := time.Now()
 	s := State{WorkflowID: id, Policy: r.Policy, MaxRetries: r.MaxRetries, FirstFailureAt: now}
-	d := decide(&s, r, now)
+	d := decide(&s, r, now, currentRules)
 	return d, d.Retry && d.Delay > 0
 }

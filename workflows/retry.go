@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"go.temporal.io/sdk/temporal"
@@ -178,7 +179,7 @@ func (r *run) step() error {
 // FirstDelay must take the same decision for a run's first report.
 func (r *run) failed(rep message.FailureReport, now time.Time) {
 	s := &r.state
-	d := s.record(rep, now)
+	d := s.record(rep, now, r.rules)
 	if !d.Retry {
 		r.toDead(d.Cause, d.Reason)
 		return
@@ -211,15 +212,16 @@ func (s *State) begin(rep message.FailureReport, now time.Time) {
 }
 
 // record applies failure report rep, accepted at now, to s: the attempt and the policy's
-// decision, which it returns. A decision to retry schedules it; the caller applies one to stop.
-func (s *State) record(rep message.FailureReport, now time.Time) policy.Decision {
+// decision under the rules pick chooses (see decide), which it returns. A decision to retry
+// schedules it; the caller applies one to stop.
+func (s *State) record(rep message.FailureReport, now time.Time, pick func() policy.Rules) policy.Decision {
 	if rep.RetryCount > s.RetryCount {
 		s.RetryCount = rep.RetryCount
 	}
 	if rep.RetryCount > s.Sequence && s.Resets == 0 {
 		s.Sequence = rep.RetryCount
 	}
-	d := decide(s, rep, now)
+	d := decide(s, rep, now, pick)
 	s.Category = string(d.Category)
 	s.LastFailureAt = now
 	s.Attempts = append(s.Attempts, message.Attempt{
@@ -229,6 +231,8 @@ func (s *State) record(rep message.FailureReport, now time.Time) policy.Decision
 		ErrorCode:  rep.Failure.ErrorCode,
 		HTTPStatus: rep.Failure.HTTPStatus,
 		Category:   string(d.Category),
+		ErrorType:  rep.ErrorType,
+		StackTrace: rep.StackTrace,
 	})
 	if d.Retry {
 		s.NextRetryAt = now.Add(d.Delay)
@@ -243,15 +247,52 @@ func (s *State) record(rep message.FailureReport, now time.Time) policy.Decision
 func DelayedState(id string, rep message.FailureReport, startedAt time.Time) State {
 	s := State{WorkflowID: id}
 	s.begin(rep, startedAt)
-	s.record(rep, startedAt)
+	s.record(rep, startedAt, currentRules)
 	return s
 }
 
+// currentRules picks the rules a new run takes: its first GetVersion is not a replay.
+func currentRules() policy.Rules { return policy.CurrentRules }
+
 // decide is the policy's decision on failure report rep of the message in state s, at now.
-func decide(s *State, rep message.FailureReport, now time.Time) policy.Decision {
+// Only when the current rules and the rules before issue 11 disagree does it ask pick which
+// apply (the workflow asks workflow.GetVersion): a run records a version marker only when the
+// change matters to it, not one marker and search-attribute write per message.
+func decide(s *State, rep message.FailureReport, now time.Time, pick func() policy.Rules) policy.Decision {
 	u := policy.JitterFraction(s.WorkflowID+"#"+strconv.Itoa(s.Resets), s.RetryCount+1)
-	return policy.Decide(s.Policy, rep.Failure, s.RetryCount, s.MaxRetries, now.Sub(s.FirstFailureAt), u)
+	start := s.FirstFailureAt
+	if !s.WindowStart.IsZero() {
+		start = s.WindowStart
+	}
+	d := policy.CurrentRules.Decide(s.Policy, rep.Failure, s.RetryCount, s.MaxRetries, now.Sub(start), u)
+	if old := policy.RulesUnknownCapEverywhere.Decide(s.Policy, rep.Failure, s.RetryCount, s.MaxRetries, now.Sub(start), u); old != d {
+		if rules := pick(); rules != policy.CurrentRules {
+			d = rules.Decide(s.Policy, rep.Failure, s.RetryCount, s.MaxRetries, now.Sub(start), u)
+		}
+	}
+	if !s.WindowStart.IsZero() && d.Cause == policy.CauseMaxWindow {
+		d.Reason = strings.Replace(d.Reason, "after the first failure", "after the operator's retry", 1)
+	}
+	return d
 }
+
+// changeUnknownCapPerPolicy versions issue 11's decision rules (policy.RulesUnknownCapPerPolicy):
+// the cap on unknown errors per policy, socket error codes in the reason text transient.
+const changeUnknownCapPerPolicy = "unknown-cap-per-policy-and-socket-codes-in-reason"
+
+// rules are the decision rules of this run: the older ones for a run whose history decided
+// under them (replay finds no marker), else the current ones.
+func (r *run) rules() policy.Rules {
+	if workflow.GetVersion(r.ctx, changeUnknownCapPerPolicy, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
+		return policy.RulesUnknownCapEverywhere
+	}
+	return policy.RulesUnknownCapPerPolicy
+}
+
+// changeRetryOpensWindow versions an operator's retry from dead starting a new max window
+// (before it, the window counted from the first failure ever, so the next failure after a
+// retry of an old dead letter was dead again as max-window).
+const changeRetryOpensWindow = "operator-retry-opens-a-new-window"
 
 func (r *run) waitScheduled() {
 	s := &r.state
@@ -415,11 +456,15 @@ func (r *run) waitDead() {
 	sel.AddReceive(r.retryNow, func(c workflow.ReceiveChannel, _ bool) {
 		a := receiveAction(r.ctx, c)
 		r.event(SignalRetryNow, a.Actor, a.Reason)
-		// Retry from dead: the count starts again at 0 and the republish is now.
+		// Retry from dead: the count starts again at 0, the republish is now, and so is the
+		// start of the policy's window.
 		s.Resets++
 		s.RetryCount = 0
 		s.DeadReason, s.DeadDetail, s.DeadAt = "", "", time.Time{}
 		s.NextRetryAt = workflow.Now(r.ctx)
+		if workflow.GetVersion(r.ctx, changeRetryOpensWindow, workflow.DefaultVersion, 1) != workflow.DefaultVersion {
+			s.WindowStart = s.NextRetryAt
+		}
 		s.Status = StatusRepublishing
 		r.count(MetricRetriesScheduled)
 		workflow.GetLogger(r.ctx).Info("retry scheduled",
@@ -566,6 +611,9 @@ func searchAttributeUpdates(s *State) []temporal.SearchAttributeUpdate {
 	}
 	if s.TenantID != "" {
 		updates = append(updates, SATenant.ValueSet(s.TenantID))
+	}
+	if s.Message.EventType != "" {
+		updates = append(updates, SAEventType.ValueSet(s.Message.EventType))
 	}
 	if s.NextRetryAt.IsZero() {
 		updates = append(updates, SANextRetryTime.ValueUnset())

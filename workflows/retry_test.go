@@ -251,8 +251,9 @@ func (s *retrySuite) TestRateLimitedWaitsAtLeastRetryAfter() {
 	s.Len(s.pub.to(testQueue), 1)
 }
 
-func (s *retrySuite) TestUnknownErrorStopsAfterTwoRetries() {
+func (s *retrySuite) TestUnknownErrorStopsAfterThePolicysCap() {
 	p := fixedPolicy(5)
+	p.UnknownMaxRetries = 2 // seed 004's policies
 	unknown := policy.Failure{HTTPStatus: 500, Reason: "internal error"}
 	s.failAt(15*time.Second, p, 1, unknown)
 	s.failAt(30*time.Second, p, 2, unknown)

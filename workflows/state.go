@@ -109,6 +109,10 @@ type State struct {
 	Service          string `json:"service,omitempty"`
 	ServiceVersion   string `json:"service_version,omitempty"`
 	TenantID         string `json:"tenant_id,omitempty"`
+
+	// WindowStart is when the policy's max window opened, when not at FirstFailureAt: an
+	// operator's retry from dead starts a new window.
+	WindowStart time.Time `json:"window_start,omitzero"`
 }
 
 // RetryKey is the idempotency key of republish number seq of a message.

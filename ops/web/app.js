@@ -1,4 +1,5 @@
-// The operators' page: two tables over the JSON API (ops/README.md), no framework, no build.
+// The operators' page: the retry queue, the dead letters and the recently delivered over the
+// JSON API (ops/README.md), no framework, no build.
 // Every value from the API is written with textContent, never as HTML.
 'use strict';
 
@@ -66,6 +67,7 @@ async function start() {
 const tables = {
   rq: { path: 'retry-queue', kind: 'retry', section: '#retry-queue', table: '#rq-table', empty: '#rq-empty', count: '#rq-count', filters: '#rq-filters', pages: [''], selected: new Set() },
   dl: { path: 'dead-letters', kind: 'dead', section: '#dead-letters', table: '#dl-table', empty: '#dl-empty', count: '#dl-count', filters: '#dl-filters', pages: [''], selected: new Set() },
+  dv: { path: 'delivered', kind: 'delivered', section: '#delivered', table: '#dv-table', empty: '#dv-empty', count: '#dv-count', filters: '#dv-filters', pages: [''], selected: new Set() },
 };
 
 function filterParams(t) {
@@ -107,6 +109,21 @@ function cell(tr, text, cls, title) {
   return td;
 }
 
+// viewLog links to the item's workflow history in the Temporal Web UI (when configured).
+function viewLog(url) {
+  const a = document.createElement('a');
+  a.className = 'view-log';
+  a.textContent = 'View log';
+  a.href = url;
+  a.target = '_blank';
+  a.rel = 'noopener noreferrer';
+  return a;
+}
+
+function fmtAbs(iso) {
+  return iso ? new Date(iso).toLocaleString() : '';
+}
+
 function button(label, onClick) {
   const b = document.createElement('button');
   b.type = 'button';
@@ -125,33 +142,46 @@ function render(t, data) {
   for (const it of items) {
     const tr = document.createElement('tr');
     tr.dataset.id = it.id;
-    const sel = document.createElement('td');
-    sel.className = 'sel';
-    const cb = document.createElement('input');
-    cb.type = 'checkbox';
-    cb.className = 'row-select';
-    cb.checked = t.selected.has(it.id);
-    cb.setAttribute('aria-label', 'select ' + it.id);
-    cb.addEventListener('change', () => { cb.checked ? t.selected.add(it.id) : t.selected.delete(it.id); });
-    sel.appendChild(cb);
-    tr.appendChild(sel);
+    if (t.kind !== 'delivered') {
+      const sel = document.createElement('td');
+      sel.className = 'sel';
+      const cb = document.createElement('input');
+      cb.type = 'checkbox';
+      cb.className = 'row-select';
+      cb.checked = t.selected.has(it.id);
+      cb.setAttribute('aria-label', 'select ' + it.id);
+      cb.addEventListener('change', () => { cb.checked ? t.selected.add(it.id) : t.selected.delete(it.id); });
+      sel.appendChild(cb);
+      tr.appendChild(sel);
+    }
     cell(tr, it.message_id || it.id, 'id', it.id);
+    cell(tr, it.event_type || '', 'event-type');
     cell(tr, it.queue);
-    cell(tr, it.category);
-    cell(tr, it.retry_count + (it.max_retries ? ' / ' + it.max_retries : ''), 'attempts',
-      it.attempts ? it.attempts + ' failure(s) recorded' : '');
-    cell(tr, it.last_error || it.detail_error || '', 'err');
+    if (t.kind === 'delivered') {
+      const n = it.succeeded_on_retry || it.retry_count;
+      cell(tr, n ? 'Succeeded on retry attempt ' + n : 'Delivered', 'result');
+      cell(tr, it.deliveries ? String(it.deliveries) : '', 'attempts',
+        it.deliveries ? 'the original delivery and ' + (it.deliveries - 1) + ' retr' + (it.deliveries === 2 ? 'y' : 'ies') : (it.detail_error || ''));
+      cell(tr, fmtTime(it.closed_at), 'when', it.closed_at || '');
+    } else {
+      cell(tr, it.category);
+      cell(tr, it.retry_count + (it.max_retries ? ' / ' + it.max_retries : ''), 'attempts',
+        it.attempts ? it.attempts + ' failure(s) recorded' : '');
+      cell(tr, it.last_error || it.detail_error || '', 'err');
+    }
     if (t.kind === 'retry') {
       cell(tr, it.next_retry_at ? fmtTime(it.next_retry_at) : '—', 'when', it.next_retry_at || '');
       cell(tr, it.status, 'status');
-    } else {
+    } else if (t.kind === 'dead') {
+      const created = it.first_failure_at || it.started_at;
+      cell(tr, fmtAbs(created), 'created', created || '');
       cell(tr, fmtTime(it.dead_at), 'when', it.dead_at || '');
       cell(tr, it.dead_reason || '', 'reason');
     }
     const actions = document.createElement('td');
     actions.className = 'actions';
     actions.appendChild(button('Details', () => showDetail(it.id)));
-    if (canAct) {
+    if (canAct && t.kind !== 'delivered') {
       if (t.kind === 'retry') {
         if (it.status === 'scheduled') {
           actions.appendChild(button('Retry now', () => rowAction(it.id, 'retry')));
@@ -163,6 +193,8 @@ function render(t, data) {
         actions.appendChild(button('Delete', () => rowAction(it.id, 'discard', 'Permanently delete this entry?')));
       }
     }
+    // Last, so the buttons keep their places.
+    if (it.web_ui_url) actions.appendChild(viewLog(it.web_ui_url));
     tr.appendChild(actions);
     tbody.appendChild(tr);
   }
@@ -173,7 +205,8 @@ function render(t, data) {
   const section = $(t.section);
   $('.pager .next', section).disabled = !t.next;
   $('.pager .first', section).disabled = t.pages.length === 1;
-  $('.select-all', section).checked = items.length > 0 && items.every(i => t.selected.has(i.id));
+  const all = $('.select-all', section);
+  if (all) all.checked = items.length > 0 && items.every(i => t.selected.has(i.id));
 }
 
 let refreshing = false;
@@ -181,7 +214,7 @@ async function refreshAll() {
   if (refreshing) return;
   refreshing = true;
   try {
-    await Promise.all([load(tables.rq), load(tables.dl)]);
+    await Promise.all(Object.values(tables).map(load));
   } catch (e) {
     if (e.status !== 401) setProgress('Could not load: ' + e.message, true);
   } finally {
@@ -243,35 +276,88 @@ async function bulkAction(btn) {
   await refreshAll();
 }
 
+// The actions by filter: the dead letters' replay and purge, the retry queue's retry of every
+// matching scheduled item (all pages). Each counts first (dry run) and asks.
+const filtered = {
+  'replay': { path: 'dead-letters/replay', form: '#dl-filters', what: 'dead letter(s)', ask: n => 'Replay ' + n + ' dead letter(s) now?', doing: 'Replaying ', done: 'Replay' },
+  'purge': { path: 'dead-letters/purge', form: '#dl-filters', what: 'dead letter(s)', ask: n => 'Permanently delete ' + n + ' dead letter(s)?', doing: 'Purging ', done: 'Purge' },
+  'retry-matching': { path: 'retry-queue/retry-matching', form: '#rq-filters', what: 'scheduled retr(ies)', ask: n => 'Retry ' + n + ' scheduled retr(ies) matching the filter now, on every page?', doing: 'Retrying ', done: 'Retry all matching' },
+};
+
 async function filteredAction(kind) {
+  const k = filtered[kind];
   const body = {};
-  for (const el of $('#dl-filters').elements) {
-    if ((el.name === 'queue' || el.name === 'category') && el.value.trim()) body[el.name] = el.value.trim();
+  for (const el of $(k.form).elements) {
+    if (['queue', 'category', 'tenant', 'event_type'].includes(el.name) && el.value.trim()) body[el.name] = el.value.trim();
   }
-  const older = $('#replay-form [name=older_than]').value.trim();
-  if (older) body.older_than = older;
-  const path = 'dead-letters/' + kind;
+  if (kind !== 'retry-matching') {
+    const older = $('#replay-form [name=older_than]').value.trim();
+    if (older) body.older_than = older;
+  }
   try {
-    const dry = await api('POST', path, Object.assign({ dry_run: true }, body));
-    if (dry.count === 0) { setProgress('No dead letters match.'); return; }
-    const q = kind === 'replay'
-      ? 'Replay ' + dry.count + ' dead letter(s) now?'
-      : 'Permanently delete ' + dry.count + ' dead letter(s)?';
-    if (!window.confirm(q)) return;
-    setProgress((kind === 'replay' ? 'Replaying ' : 'Purging ') + dry.count + ' dead letter(s)…');
-    const r = await api('POST', path, body);
-    setProgress((kind === 'replay' ? 'Replay' : 'Purge') + ' complete: ' + r.succeeded + '/' + r.count + ' succeeded' +
-      (r.failed ? ', ' + r.failed + ' failed' : '') + '.', r.failed > 0);
+    const dry = await api('POST', k.path, Object.assign({ dry_run: true }, body));
+    if (dry.count === 0) { setProgress('No ' + k.what + ' match.'); return; }
+    if (!window.confirm(k.ask(dry.count))) return;
+    setProgress(k.doing + dry.count + ' ' + k.what + '…');
+    const r = await api('POST', k.path, body);
+    setProgress(k.done + ' complete: ' + r.succeeded + '/' + r.count + ' succeeded' +
+      (r.failed ? ', ' + r.failed + ' failed' : '') + '.' +
+      (r.errors && r.failed ? ' ' + Object.entries(r.errors).slice(0, 3).map(([id, why]) => id + ': ' + why).join('; ') : ''), r.failed > 0);
   } catch (e) {
     if (e.status !== 401) setProgress(e.message, true);
   }
   await refreshAll();
 }
 
+function summaryRow(dl, term, value) {
+  if (value === undefined || value === null || value === '') return;
+  const dt = document.createElement('dt');
+  dt.textContent = term;
+  const dd = document.createElement('dd');
+  dd.textContent = String(value);
+  dl.append(dt, dd);
+}
+
+function rows(tbody, list, fields) {
+  tbody.replaceChildren();
+  for (const x of list) {
+    const tr = document.createElement('tr');
+    for (const f of fields) cell(tr, f(x));
+    tbody.appendChild(tr);
+  }
+}
+
 async function showDetail(id) {
   try {
     const r = await api('GET', 'messages/' + encodeURIComponent(id));
-    $('#detail-title').textContent = id + ' — ' + (r.state ? r.state.status : r.workflow.status);
+    const st = r.state || {};
+    const msg = st.message || {};
+    $('#detail-title').textContent = id + ' — ' + (r.state ? st.status : r.workflow.status);
+    const log = $('#detail-log');
+    log.hidden = !r.web_ui_url;
+    if (r.web_ui_url) log.href = r.web_ui_url; else log.removeAttribute('href');
+    const dl = $('#detail-summary');
+    dl.replaceChildren();
+    summaryRow(dl, 'Message id', msg.message_id);
+    summaryRow(dl, 'Event type', msg.event_type);
+    summaryRow(dl, 'Queue', msg.original_queue);
+    summaryRow(dl, 'Tenant', st.tenant_id);
+    summaryRow(dl, 'Policy', st.policy && st.policy.name);
+    summaryRow(dl, 'Retries', r.state ? st.retry_count + (st.max_retries || (st.policy && st.policy.max_retries) ? ' / ' + (st.max_retries || st.policy.max_retries) : '') : '');
+    summaryRow(dl, 'First failure', fmtAbs(st.first_failure_at));
+    summaryRow(dl, 'Next retry', fmtAbs(st.next_retry_at));
+    summaryRow(dl, 'Dead since', fmtAbs(st.dead_at));
+    summaryRow(dl, 'Dead reason', st.dead_reason && (st.dead_reason + (st.dead_detail ? ': ' + st.dead_detail : '')));
+    summaryRow(dl, 'Workflow', r.workflow.status + (r.workflow.closed_at ? ', closed ' + fmtAbs(r.workflow.closed_at) : ''));
+    summaryRow(dl, 'State', r.state_error ? 'unavailable: ' + r.state_error : '');
+    const attempts = st.attempts || [];
+    rows($('#detail-attempts tbody'), attempts, [
+      a => a.attempt, a => fmtAbs(a.timestamp), a => a.error, a => a.category, a => a.httpStatus || '', a => a.retryKey || '']);
+    $('#detail-attempts').hidden = attempts.length === 0;
+    $('#detail-no-attempts').hidden = attempts.length > 0;
+    const events = st.events || [];
+    rows($('#detail-events tbody'), events, [e => fmtAbs(e.at), e => e.kind, e => e.actor || '', e => e.detail || '']);
+    $('#detail-events-box').hidden = events.length === 0;
     $('#detail-body').textContent = JSON.stringify(r, null, 2);
     $('#detail').showModal();
   } catch (e) {
@@ -299,7 +385,8 @@ document.addEventListener('DOMContentLoaded', () => {
     const section = $(t.section);
     $('.pager .next', section).addEventListener('click', () => { if (t.next) { t.pages.push(t.next); load(t).catch(e => setProgress(e.message, true)); } });
     $('.pager .first', section).addEventListener('click', () => { t.pages = ['']; load(t).catch(e => setProgress(e.message, true)); });
-    $('.select-all', section).addEventListener('change', ev => {
+    const all = $('.select-all', section);
+    if (all) all.addEventListener('change', ev => {
       for (const cb of $$('tbody .row-select', section)) {
         cb.checked = ev.target.checked;
         const id = cb.closest('tr').dataset.id;
@@ -310,6 +397,7 @@ document.addEventListener('DOMContentLoaded', () => {
   for (const b of $$('[data-bulk]')) b.addEventListener('click', () => bulkAction(b));
   $('#replay').addEventListener('click', () => filteredAction('replay'));
   $('#purge').addEventListener('click', () => filteredAction('purge'));
+  $('#rq-retry-matching').addEventListener('click', () => filteredAction('retry-matching'));
   setInterval(() => {
     if ($('#auto-refresh').checked && !$('#app').hidden && !$('#detail').open) refreshAll();
   }, REFRESH_MS);

@@ -1,0 +1,86 @@
+package activities
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"retry-scheduler/broker"
+	"retry-scheduler/message"
+)
+
+func TestDeadLetterExpiresWithTheRetentionAndCarriesTheLastError(t *testing.T) {
+	pub := &fakePublisher{}
+	acts, _ := newTestActivities(pub)
+	acts.DeadLetterTTL = 720 * time.Hour
+	acts.ServiceName = "retry-scheduler"
+	env := testEnvelope()
+	env.RetryAttempts[0].ErrorType, env.RetryAttempts[0].StackTrace = "TimeoutError", "at a"
+	env.RetryAttempts[1].ErrorType = "HttpError"
+	_, err, _ := run(t, acts, acts.DeadLetter, DeadLetterInput{Queue: "billing.dead", Envelope: env})
+	require.NoError(t, err)
+
+	require.Len(t, pub.got, 1)
+	p := pub.got[0].msg
+	assert.Equal(t, "2592000000", p.Expiration, "30 days in milliseconds")
+	assert.Equal(t, "retry-scheduler", p.AppId)
+	var got message.Envelope
+	require.NoError(t, json.Unmarshal(p.Body, &got))
+	assert.Equal(t, "HttpError", got.ErrorType, "the last attempt's")
+	assert.Empty(t, got.StackTrace, "taken together with its type, not mixed from another attempt")
+	assert.Equal(t, "TimeoutError", got.RetryAttempts[0].ErrorType)
+	assert.Equal(t, "at a", got.RetryAttempts[0].StackTrace)
+}
+
+func TestExpiration(t *testing.T) {
+	assert.Equal(t, "", expiration(0))
+	assert.Equal(t, "1500", expiration(1500*time.Millisecond))
+	assert.Equal(t, "4294967295", expiration(90*24*time.Hour), "capped at RabbitMQ's limit")
+}
+
+func TestDeadLetterPublishFailuresAreCounted(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	acts := &Activities{Publisher: &fakePublisher{err: errors.New("nack")}, Metrics: NewMetrics(reg)}
+	require.Error(t, acts.DeadLetter(context.Background(), DeadLetterInput{Queue: "billing.dead", Envelope: testEnvelope()}))
+	acts.Publisher = &fakePublisher{err: broker.ErrUnroutable}
+	require.Error(t, acts.DeadLetter(context.Background(), DeadLetterInput{Queue: "billing.dead", Envelope: testEnvelope()}))
+	assert.Equal(t, 2.0, metricValue(t, reg, broker.DeadLetterPublishFailuresName, "queue", "billing.dead"))
+	assert.Equal(t, 0.0, metricValue(t, reg, "dead_letters_total"))
+
+	// The bridge registers the same collector on a shared registry.
+	assert.Same(t, acts.Metrics.DeadLetterPublishFailures, broker.DeadLetterPublishFailures(reg))
+}
+
+func TestLogLinesCarryCorrelationIDAndLatenessInMilliseconds(t *testing.T) {
+	var buf bytes.Buffer
+	acts, _ := newTestActivities(&fakePublisher{})
+	acts.Logger = slog.New(slog.NewJSONHandler(&buf, nil))
+	_, err := acts.Republish(context.Background(), RepublishInput{Message: testMessage(), Attempt: 1, Key: "m-1:1",
+		ScheduledAt: testNow.Add(-1500 * time.Millisecond)})
+	require.NoError(t, err)
+	require.NoError(t, acts.DeadLetter(context.Background(), DeadLetterInput{Queue: "q", Envelope: testEnvelope()}))
+	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
+	require.Len(t, lines, 2)
+	assert.Contains(t, lines[0], `"lateness_ms":1500`)
+	assert.NotContains(t, lines[0], `"lateness":`)
+	for _, l := range lines {
+		assert.Contains(t, l, `"correlation_id":"corr-1"`)
+		assert.Contains(t, l, `"message_id":"m-1"`)
+	}
+
+	buf.Reset()
+	m := testMessage()
+	m.CorrelationID = ""
+	_, err = acts.Republish(context.Background(), RepublishInput{Message: m, Attempt: 1, Key: "m-1:1"})
+	require.NoError(t, err)
+	assert.NotContains(t, buf.String(), "correlation_id")
+}
