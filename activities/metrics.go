@@ -1,12 +1,13 @@
 package activities
 
 import (
-	"errors"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"retry-scheduler/broker"
+
+	"retry-scheduler/metrics/promreg"
 )
 
 // Retry outcomes, the status label of retries_executed_total.
@@ -31,15 +32,15 @@ type Metrics struct {
 // is reused, so building Activities twice on one registry does not panic.
 func NewMetrics(reg prometheus.Registerer) *Metrics {
 	return &Metrics{
-		RetriesExecuted: register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+		RetriesExecuted: promreg.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "retries_executed_total",
 			Help: "Republish attempts by original queue and outcome (success, failed, unroutable).",
 		}, []string{"queue", "status"})),
-		DeadLetters: register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+		DeadLetters: promreg.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "dead_letters_total",
 			Help: "Dead-letter envelopes published, by dead-letter queue and reason.",
 		}, []string{"queue", "reason"})),
-		RetryLateness: register(reg, prometheus.NewHistogram(prometheus.HistogramOpts{
+		RetryLateness: promreg.Register(reg, prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "retry_lateness_seconds",
 			Help: "Time from a retry's scheduled time to the broker's confirm of its republish.",
 			// Bounds at the goal (p99 0.25 s) and the SLO (within 5 s), so both are read off a
@@ -48,19 +49,6 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		})),
 		DeadLetterPublishFailures: broker.DeadLetterPublishFailures(reg),
 	}
-}
-
-func register[C prometheus.Collector](reg prometheus.Registerer, c C) C {
-	if err := reg.Register(c); err != nil {
-		var are prometheus.AlreadyRegisteredError
-		if errors.As(err, &are) {
-			if existing, ok := are.ExistingCollector.(C); ok {
-				return existing
-			}
-		}
-		panic(err)
-	}
-	return c
 }
 
 func (m *Metrics) retryExecuted(queue, status string) {

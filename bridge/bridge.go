@@ -277,6 +277,9 @@ type entry struct {
 	d amqp.Delivery
 	// strikes counts reports that failed while Temporal answered the Probe.
 	strikes int
+	// deadLettered is set once its poison envelope is confirmed on the dead-letter queue, so
+	// that a delivery held while its parked workflow could not be started is not published twice.
+	deadLettered bool
 }
 
 // result is what a handler reports to its session's loop.
@@ -726,25 +729,38 @@ func (s *session) hold(e *entry, err error) result {
 	return result{outcome: OutcomeHeld, err: err, held: e}
 }
 
-// deadLetter publishes the poison envelope with a confirm, then acks; if the publish fails
-// the delivery is held (and the bridge probes), so a poison message is never dropped.
+// deadLetter publishes the poison envelope with a confirm, then parks the delivery as a dead
+// RetryWorkflow (park.go), then acks. If the publish fails, or Temporal is unavailable for
+// the parked workflow, the delivery is held (and the bridge probes), so a poison message is
+// never dropped; a parked workflow Temporal refuses for good leaves the envelope alone.
 func (s *session) deadLetter(e *entry, pe *PoisonError) result {
 	b, d := s.b, e.d
 	env := poisonEnvelope(d, pe, b.cfg.Decode, b.cfg.Decode.Now())
 	env.Metadata.Service, env.Metadata.ServiceVersion = b.cfg.ServiceName, b.cfg.ServiceVersion
-	log := withCorrelationID(b.log.With("message_id", env.MessageID, "original_queue", env.OriginalQueue, "reason", pe.Reason),
-		env.CorrelationID)
-	pub, err := envelopePublishing(env)
-	if err == nil {
-		pub.AppId = b.cfg.ServiceName
-		ctx, cancel := context.WithTimeout(s.ctx, b.cfg.ReportTimeout)
-		err = b.dlq.Publish(ctx, "", b.cfg.DeadLetterQueue, true, pub)
-		cancel()
+	env.WorkflowID = parkedWorkflowID(env, pe, b.cfg.Queue)
+	log := withCorrelationID(b.log.With("message_id", env.MessageID, "original_queue", env.OriginalQueue, "reason", pe.Reason,
+		"workflow_id", env.WorkflowID), env.CorrelationID)
+	if !e.deadLettered {
+		pub, err := envelopePublishing(env)
+		if err == nil {
+			pub.AppId = b.cfg.ServiceName
+			ctx, cancel := context.WithTimeout(s.ctx, b.cfg.ReportTimeout)
+			err = b.dlq.Publish(ctx, "", b.cfg.DeadLetterQueue, true, pub)
+			cancel()
+		}
+		if err != nil {
+			b.metrics.deadLetterPublishFailed(b.cfg.DeadLetterQueue)
+			log.Error("dead-letter publish failed; holding the delivery", "outcome", OutcomeHeld, "error", err)
+			return s.hold(e, fmt.Errorf("dead-letter %s message to %s: %w", pe.Kind, b.cfg.DeadLetterQueue, err))
+		}
+		e.deadLettered = true
 	}
-	if err != nil {
-		b.metrics.deadLetterPublishFailed(b.cfg.DeadLetterQueue)
-		log.Error("dead-letter publish failed; holding the delivery", "outcome", OutcomeHeld, "error", err)
-		return s.hold(e, fmt.Errorf("dead-letter %s message to %s: %w", pe.Kind, b.cfg.DeadLetterQueue, err))
+	rep := parkReport(env, pe, b.cfg.Queue, b.cfg.DeadLetterQueue, b.cfg.Decode)
+	if held, err := s.park(e, rep, log); held {
+		log.Warn("parked workflow not started; holding the dead-lettered delivery unacked until Temporal answers", "outcome", OutcomeHeld, "error", err)
+		return s.hold(e, fmt.Errorf("park %s message: %w", pe.Kind, err))
+	} else if err != nil && s.ctx.Err() != nil {
+		return s.stale(d, err)
 	}
 	r := s.conclude(d, true, pe.Kind, nil)
 	log.Warn("delivery dead-lettered", "outcome", r.outcome, "dead_letter_queue", b.cfg.DeadLetterQueue)

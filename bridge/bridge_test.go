@@ -1,6 +1,7 @@
 package bridge
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -16,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"retry-scheduler/message"
+	"retry-scheduler/workflows"
 )
 
 // fakeAck records how a delivery was settled.
@@ -229,7 +231,23 @@ func TestProcessPoison(t *testing.T) {
 
 	assert.Equal(t, OutcomePoison, r.outcome)
 	assert.Equal(t, 1, ack.acks)
-	assert.Empty(t, st.reports)
+	// Parked as a dead workflow: the raw bytes and the decode error, a retry routed back to
+	// the ingress queue.
+	require.Len(t, st.reports, 1)
+	park := st.reports[0]
+	require.NotNil(t, park.Poison)
+	assert.Equal(t, message.PoisonKindPoison, park.Poison.Kind)
+	assert.Contains(t, park.Poison.Reason, "original_payload is not standard base64")
+	assert.Equal(t, len(body), park.Poison.Size)
+	assert.False(t, park.Poison.Truncated)
+	assert.Equal(t, "retry.scheduled", park.Poison.IngressQueue)
+	assert.Equal(t, body, park.Message.Payload)
+	assert.Equal(t, "bad-1", park.Message.MessageID)
+	assert.Equal(t, "orders", park.Message.OriginalQueue)
+	assert.Equal(t, "retry.scheduled", park.Message.OriginalRoutingKey)
+	assert.Equal(t, "", park.Message.OriginalExchange)
+	assert.Equal(t, SourcePoison, park.Source)
+	assert.Equal(t, "manual-review.pending", park.DeadLetterQueue)
 	require.Len(t, pub.msgs, 1)
 	p := pub.msgs[0]
 	assert.Equal(t, "", p.exchange)
@@ -249,6 +267,8 @@ func TestProcessPoison(t *testing.T) {
 	assert.Equal(t, map[string]any{"trace": "t"}, env.OriginalMessage.Headers)
 	assert.Equal(t, "c-1", env.CorrelationID)
 	assert.Equal(t, p.msg.MessageId, env.DLQID)
+	assert.Equal(t, park.Poison.DLQID, env.DLQID)
+	assert.Equal(t, "retry/retry.scheduled/orders/bad-1", env.WorkflowID, "parked under the ingress queue, never a reported message's workflow")
 	assert.NotNil(t, env.RetryAttempts)
 	assert.Equal(t, 1.0, outcomes(m, OutcomePoison))
 
@@ -277,6 +297,70 @@ func TestProcessOversize(t *testing.T) {
 	assert.Equal(t, "orders", env.OriginalQueue)
 	assert.Equal(t, "oversize", pub.msgs[0].msg.Headers["x-dead-reason"])
 	assert.Equal(t, 1.0, outcomes(m, OutcomeOversize))
+}
+
+func TestProcessOversizeIsParkedTruncated(t *testing.T) {
+	pub := &fakePublisher{}
+	st := &fakeStarter{}
+	s, _ := testSession(t, st, pub)
+	s.b.cfg.Decode.MaxMessageBytes = 1000
+	ack := &fakeAck{}
+	body := bytes.Repeat([]byte("x"), message.MaxPoisonPayloadBytes+100)
+
+	r := s.process(&entry{d: amqp.Delivery{Acknowledger: ack, Headers: xDeath("orders", "", "orders"), MessageId: "big-1", Body: body}})
+
+	assert.Equal(t, OutcomeOversize, r.outcome)
+	assert.Equal(t, 1, ack.acks)
+	require.Len(t, pub.msgs, 1)
+	var env message.Envelope
+	require.NoError(t, json.Unmarshal(pub.msgs[0].msg.Body, &env))
+	assert.Equal(t, body, env.OriginalMessage.Payload, "the envelope keeps every byte")
+	require.Len(t, st.reports, 1)
+	park := st.reports[0]
+	assert.Equal(t, message.PoisonKindOversize, park.Poison.Kind)
+	assert.True(t, park.Poison.Truncated)
+	assert.Equal(t, len(body), park.Poison.Size)
+	assert.Len(t, park.Message.Payload, message.MaxPoisonPayloadBytes, "the workflow keeps at most 64 KiB")
+	assert.Equal(t, workflows.PoisonWorkflowID("retry.scheduled", "orders", "big-1"), env.WorkflowID)
+}
+
+func TestProcessPoisonHeldWhileTemporalIsDown(t *testing.T) {
+	pub := &fakePublisher{}
+	st := &fakeStarter{err: errors.New("connection refused")}
+	s, m := testSession(t, st, pub)
+	ack := &fakeAck{}
+	e := &entry{d: amqp.Delivery{Acknowledger: ack, ContentType: "text/plain", Body: []byte("junk")}}
+
+	r := s.process(e)
+
+	assert.Equal(t, OutcomeHeld, r.outcome, "the envelope is on the queue, but the parked workflow is not: held like a failed report")
+	assert.Equal(t, 0, ack.acks+ack.nacks)
+	assert.Len(t, pub.msgs, 1)
+	assert.Equal(t, 1.0, outcomes(m, OutcomeHeld))
+
+	// Temporal is back: the held delivery is parked and acked, its envelope not published twice.
+	st.mu.Lock()
+	st.err = nil
+	st.mu.Unlock()
+	r = s.process(r.held)
+
+	assert.Equal(t, OutcomePoison, r.outcome)
+	assert.Equal(t, 1, ack.acks)
+	assert.Len(t, pub.msgs, 1)
+	assert.Len(t, st.reports, 1)
+}
+
+func TestProcessPoisonEnvelopeAloneWhenParkingFailsForGood(t *testing.T) {
+	pub := &fakePublisher{}
+	s, _ := testSession(t, &fakeStarter{err: errors.New("payload rejected")}, pub)
+	s.b.cfg.Probe = func(context.Context) error { return nil } // Temporal answers: the failure is the message's
+	ack := &fakeAck{}
+
+	r := s.process(&entry{d: amqp.Delivery{Acknowledger: ack, ContentType: "text/plain", Body: []byte("junk")}})
+
+	assert.Equal(t, OutcomePoison, r.outcome)
+	assert.Equal(t, 1, ack.acks, "the envelope alone stands for the delivery")
+	assert.Len(t, pub.msgs, 1)
 }
 
 func TestProcessDeadLetterPublishFails(t *testing.T) {

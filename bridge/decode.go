@@ -18,6 +18,8 @@ import (
 const (
 	SourceRetryMessage = "retry-message"
 	SourceDeadLetter   = "dead-letter"
+	// SourcePoison marks the report that parks a poison or oversize delivery (see park.go).
+	SourcePoison = "poison"
 )
 
 // Limits of the decoder. Values past them are poison: they are bugs or attacks, not failures

@@ -1,11 +1,11 @@
 package bridge
 
 import (
-	"errors"
-
 	"github.com/prometheus/client_golang/prometheus"
 
 	"retry-scheduler/broker"
+
+	"retry-scheduler/metrics/promreg"
 )
 
 // Delivery outcomes, the values of bridge_deliveries_total's outcome label.
@@ -53,26 +53,13 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}
 	m.dlqFailures = broker.DeadLetterPublishFailures(reg)
 	if reg != nil {
-		m.deliveries = register(reg, m.deliveries)
-		m.scheduled = register(reg, m.scheduled)
+		m.deliveries = promreg.Register(reg, m.deliveries)
+		m.scheduled = promreg.Register(reg, m.scheduled)
 	}
 	for _, o := range []string{OutcomeAccepted, OutcomePoison, OutcomeOversize, OutcomeHeld, OutcomeRequeued, OutcomeDroppedStale} {
 		m.deliveries.WithLabelValues(o)
 	}
 	return m
-}
-
-func register(reg prometheus.Registerer, c *prometheus.CounterVec) *prometheus.CounterVec {
-	if err := reg.Register(c); err != nil {
-		var are prometheus.AlreadyRegisteredError
-		if errors.As(err, &are) {
-			if existing, ok := are.ExistingCollector.(*prometheus.CounterVec); ok {
-				return existing
-			}
-		}
-		panic(err)
-	}
-	return c
 }
 
 func (m *Metrics) deadLetterPublishFailed(queue string) {

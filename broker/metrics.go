@@ -1,9 +1,9 @@
 package broker
 
 import (
-	"errors"
-
 	"github.com/prometheus/client_golang/prometheus"
+
+	"retry-scheduler/metrics/promreg"
 )
 
 // DeadLetterPublishFailuresName is the counter of failed dead-letter publishes.
@@ -22,14 +22,5 @@ func DeadLetterPublishFailures(reg prometheus.Registerer) *prometheus.CounterVec
 	if reg == nil {
 		return c
 	}
-	if err := reg.Register(c); err != nil {
-		var are prometheus.AlreadyRegisteredError
-		if errors.As(err, &are) {
-			if existing, ok := are.ExistingCollector.(*prometheus.CounterVec); ok {
-				return existing
-			}
-		}
-		panic(err)
-	}
-	return c
+	return promreg.Register(reg, c)
 }

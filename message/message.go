@@ -80,4 +80,51 @@ type FailureReport struct {
 	ServiceVersion string `json:"service_version,omitempty"`
 	// ReportedAt is when the bridge received the report.
 	ReportedAt time.Time `json:"reported_at"`
+
+	// Poison, when set, says the delivery could not be decoded or carried (poison, oversize):
+	// the report parks the message as dead at once, for an operator (see Poison).
+	Poison *Poison `json:"poison,omitempty"`
+}
+
+// Poison kinds: Poison.Kind and the dead reason of a parked poison message.
+const (
+	PoisonKindPoison   = "poison"
+	PoisonKindOversize = "oversize"
+)
+
+// MaxPoisonPayloadBytes bounds the raw bytes of a poison or oversize delivery kept in its
+// parked workflow; the dead-letter envelope on the queue keeps them all.
+const MaxPoisonPayloadBytes = 64 << 10
+
+// Poison describes a delivery the bridge could not turn into a report: it is dead-lettered
+// (the envelope on the dead-letter queue holds the full bytes) and parked as a dead message,
+// so that operators can list, resolve, discard or retry it like any dead message. The
+// report's Message holds the raw bytes (at most MaxPoisonPayloadBytes) and routes a retry
+// back to the ingress queue, where the bridge decodes the bytes again.
+type Poison struct {
+	// Kind is PoisonKindPoison or PoisonKindOversize.
+	Kind string `json:"kind"`
+	// Reason is the decode error.
+	Reason string `json:"reason"`
+	// Size is the length of the delivery's body in bytes.
+	Size int `json:"size"`
+	// Truncated says the Message's payload holds only the first MaxPoisonPayloadBytes of the
+	// body: a retry would publish other bytes than were received, so it is refused; the
+	// envelope (DLQID) on the dead-letter queue has them all.
+	Truncated bool `json:"truncated,omitempty"`
+	// HeadersDropped says the delivery's headers were too large to keep in the workflow (the
+	// envelope has them).
+	HeadersDropped bool `json:"headers_dropped,omitempty"`
+	// IngressQueue is the queue the delivery arrived on, where a retry republishes it.
+	IngressQueue string `json:"ingress_queue"`
+	// DLQID is the dlqId of the envelope the bridge published.
+	DLQID string `json:"dlq_id,omitempty"`
+}
+
+// PoisonPayload is body cut to at most MaxPoisonPayloadBytes, and whether it was cut.
+func PoisonPayload(body []byte) ([]byte, bool) {
+	if len(body) <= MaxPoisonPayloadBytes {
+		return body, false
+	}
+	return body[:MaxPoisonPayloadBytes:MaxPoisonPayloadBytes], true
 }

@@ -13,6 +13,8 @@ import (
 	"go.temporal.io/sdk/converter"
 
 	"retry-scheduler/workflows"
+
+	"retry-scheduler/metrics/promreg"
 )
 
 // Visibility is what the depth poller needs from Temporal; a client.Client has both methods.
@@ -84,7 +86,7 @@ type DepthPoller struct {
 func NewDepthPoller(cfg DepthConfig, reg prometheus.Registerer) *DepthPoller {
 	cfg = cfg.withDefaults()
 	gauge := func(name, help string) prometheus.Gauge {
-		return register(reg, prometheus.NewGauge(prometheus.GaugeOpts{Name: name, Help: help}))
+		return promreg.Register(reg, prometheus.NewGauge(prometheus.GaugeOpts{Name: name, Help: help}))
 	}
 	return &DepthPoller{
 		cfg: cfg,
@@ -99,7 +101,7 @@ func NewDepthPoller(cfg DepthConfig, reg prometheus.Registerer) *DepthPoller {
 			"Age of the oldest parked dead letter (now minus its DeadAt); 0 when there is none."),
 		lastSuccess: gauge("depth_poll_last_success_timestamp_seconds",
 			"Unix time of the last poll whose every query succeeded; the depth gauges are as of then."),
-		errors: register(reg, prometheus.NewCounter(prometheus.CounterOpts{
+		errors: promreg.Register(reg, prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "depth_poll_errors_total",
 			Help: "Depth polls with a failed visibility query (the gauges keep their last values).",
 		})),

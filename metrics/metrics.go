@@ -3,7 +3,6 @@
 package metrics
 
 import (
-	"errors"
 	"io"
 	"time"
 	"unicode"
@@ -54,19 +53,4 @@ var sanitizeOptions = tally.SanitizeOptions{
 	KeyCharacters:        sdktally.PrometheusSanitizeOptions.KeyCharacters,
 	ValueCharacters:      tally.ValidCharacters{Ranges: []tally.SanitizeRange{{0, unicode.MaxRune}}},
 	ReplacementCharacter: tally.DefaultReplacementCharacter,
-}
-
-// register registers c on reg, or returns the collector reg already has under the same
-// description, so that building a component twice on one registry does not panic.
-func register[C prometheus.Collector](reg prometheus.Registerer, c C) C {
-	if err := reg.Register(c); err != nil {
-		var are prometheus.AlreadyRegisteredError
-		if errors.As(err, &are) {
-			if existing, ok := are.ExistingCollector.(C); ok {
-				return existing
-			}
-		}
-		panic(err)
-	}
-	return c
 }

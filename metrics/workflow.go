@@ -5,6 +5,8 @@ import (
 	sdkmetrics "go.temporal.io/sdk/client"
 
 	"retry-scheduler/workflows"
+
+	"retry-scheduler/metrics/promreg"
 )
 
 // workflowCounters are the counters RetryWorkflow emits through workflow.GetMetricsHandler
@@ -33,7 +35,7 @@ type workflowHandler struct {
 func newWorkflowHandler(sdk sdkmetrics.MetricsHandler, reg prometheus.Registerer) *workflowHandler {
 	h := &workflowHandler{sdk: sdk, counters: map[string]*prometheus.CounterVec{}}
 	for _, c := range workflowCounters {
-		h.counters[c.name] = register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+		h.counters[c.name] = promreg.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: c.name,
 			Help: c.help,
 		}, []string{workflowCounterLabel}))

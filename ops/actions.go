@@ -86,6 +86,11 @@ func (a *API) apply(ctx context.Context, p Principal, act action, id, reason str
 		return l.state, &apiError{Status: http.StatusConflict, Current: cur,
 			Msg: fmt.Sprintf("message %q is %s: %s is allowed only while %s", id, cur, act.Name, statusList(act.Allowed))}
 	}
+	if act.Signal == workflows.SignalRetryNow && cur == workflows.StatusDead {
+		if why := workflows.RetryRefusal(&l.state); why != "" {
+			return l.state, &apiError{Status: http.StatusConflict, Current: cur, Msg: fmt.Sprintf("message %q: retry %s", id, why)}
+		}
+	}
 	if only != nil && !allowed(only, cur) {
 		return l.state, &apiError{Status: http.StatusConflict, Current: cur,
 			Msg: fmt.Sprintf("message %q is %s, not %s", id, cur, statusList(only))}

@@ -635,3 +635,35 @@ func TestRetryMatching(t *testing.T) {
 		assert.Contains(t, out["error"], tt.contains, tt.body)
 	}
 }
+
+func TestParkedPoisonIsADeadLetter(t *testing.T) {
+	poison := item("retry.scheduled", "bad-1", workflows.StatusDead, t0, "")
+	poison.DeadReason, poison.DeadDetail = message.PoisonKindPoison, "body is not a JSON object"
+	poison.Poison = &message.Poison{Kind: message.PoisonKindPoison, Reason: "body is not a JSON object", Size: 4, IngressQueue: "retry.scheduled"}
+	big := item("retry.scheduled", "big-1", workflows.StatusDead, t0.Add(time.Second), "")
+	big.DeadReason = message.PoisonKindOversize
+	big.Message.Payload = make([]byte, message.MaxPoisonPayloadBytes)
+	big.Poison = &message.Poison{Kind: message.PoisonKindOversize, Size: 1 << 20, Truncated: true, IngressQueue: "retry.scheduled", DLQID: "oversize-1"}
+	h := newHarness(t, poison, big)
+
+	code, out := h.do("v", "GET", "/api/dead-letters", "")
+	require.Equal(t, 200, code, "%v", out)
+	reasons := map[string]any{}
+	for _, it := range out["items"].([]any) {
+		row := it.(map[string]any)
+		reasons[row["id"].(string)] = row["dead_reason"]
+	}
+	assert.Equal(t, map[string]any{big.WorkflowID: "oversize", poison.WorkflowID: "poison"}, reasons)
+
+	// A truncated body is not retried from the workflow: 409, nothing signalled.
+	code, out = h.do("o", "POST", "/api/messages/"+url.PathEscape(big.WorkflowID)+"/retry", "")
+	assert.Equal(t, 409, code, "%v", out)
+	assert.Contains(t, out["error"], "replay the envelope oversize-1")
+	assert.Empty(t, h.fake.wfs[big.WorkflowID].Events)
+
+	// A whole one is retried like any dead letter; resolve and discard work on both.
+	code, out = h.do("o", "POST", "/api/messages/"+url.PathEscape(poison.WorkflowID)+"/retry", "")
+	assert.Equal(t, 200, code, "%v", out)
+	code, out = h.do("o", "POST", "/api/messages/"+url.PathEscape(big.WorkflowID)+"/discard", "")
+	assert.Equal(t, 200, code, "%v", out)
+}

@@ -100,7 +100,7 @@ func (p *Reporter) Report(ctx context.Context, r message.FailureReport) error {
 // a report that starts the count (retry_count 0): a later one may continue an earlier run's
 // story, which the run looks up before it decides.
 func FirstDelay(id string, r message.FailureReport) (policy.Decision, bool) {
-	if r.RetryCount != 0 {
+	if r.RetryCount != 0 || r.Poison != nil {
 		return policy.Decision{}, false
 	}
 	now := time.Now()

@@ -63,6 +63,20 @@ func WorkflowID(originalQueue, messageID string) string {
 	return hashedIDPrefix + hex.EncodeToString(h.Sum(nil))
 }
 
+// PoisonWorkflowID is the workflow a poison or oversize delivery is parked in (see
+// message.Poison): under the ingress queue it arrived on, so that it never is the workflow of
+// a message that was reported normally (retry/<original queue>/<id>), which may be live:
+// retry/<ingress>/<message id>, or retry/<ingress>/<original queue>/<message id> when the
+// original queue could be read (two services' poison for one fanned-out message are two
+// items), hashed like WorkflowID when longer than MaxWorkflowIDLen. The message id is the
+// bridge's: the delivery's when usable, else FallbackMessageID.
+func PoisonWorkflowID(ingressQueue, originalQueue, messageID string) string {
+	if originalQueue == "" || originalQueue == ingressQueue {
+		return WorkflowID(ingressQueue, messageID)
+	}
+	return WorkflowID(ingressQueue, originalQueue+"/"+messageID)
+}
+
 // MessageIDOf is WorkflowID's inverse for a plain ID: the message id, given the original
 // queue. ok is false for a hashed ID (the id is then only in the state) or an ID of another
 // queue.

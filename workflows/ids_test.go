@@ -66,3 +66,13 @@ func TestWorkflowIDFitsTheSQLStores(t *testing.T) {
 	_, ok = MessageIDOf(WorkflowID("orders", "m-1"), "billing")
 	require.False(t, ok)
 }
+
+func TestPoisonWorkflowID(t *testing.T) {
+	require.Equal(t, "retry/retry.scheduled/bad-1", PoisonWorkflowID("retry.scheduled", "", "bad-1"))
+	require.Equal(t, "retry/retry.scheduled/bad-1", PoisonWorkflowID("retry.scheduled", "retry.scheduled", "bad-1"))
+	require.Equal(t, "retry/retry.scheduled/orders/bad-1", PoisonWorkflowID("retry.scheduled", "orders", "bad-1"))
+	require.NotEqual(t, WorkflowID("orders", "bad-1"), PoisonWorkflowID("retry.scheduled", "orders", "bad-1"))
+	long := PoisonWorkflowID("retry.scheduled", strings.Repeat("q", 200), strings.Repeat("m", 100))
+	require.LessOrEqual(t, len(long), MaxWorkflowIDLen)
+	require.Equal(t, long, PoisonWorkflowID("retry.scheduled", strings.Repeat("q", 200), strings.Repeat("m", 100)))
+}

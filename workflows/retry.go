@@ -117,6 +117,11 @@ func (r *run) begin(rep message.FailureReport) {
 		now = workflow.GetInfo(r.ctx).WorkflowStartTime
 	}
 	r.state.begin(rep, now)
+	if rep.Poison != nil {
+		// A parked poison or oversize delivery: a new start path, taken only by new runs.
+		r.poisoned(rep, now)
+		return
+	}
 	if rep.RetryCount > 0 {
 		r.takePriorAttempts()
 	}
@@ -383,14 +388,20 @@ func (r *run) toDead(cause, detail string) {
 	s.Status = StatusDead
 	s.DeadReason, s.DeadDetail, s.DeadAt = cause, detail, now
 	s.NextRetryAt = time.Time{}
-	env := r.envelope(now)
-	var acts *activities.Activities
-	err := workflow.ExecuteLocalActivity(workflow.WithLocalActivityOptions(r.ctx, deadLetterOptions), acts.DeadLetter,
-		activities.DeadLetterInput{Queue: s.DeadLetterQueue, Envelope: env}).Get(r.ctx, nil)
-	if err != nil {
-		// The message stays parked and visible (status dead) even when the envelope could not be
-		// published, so nothing is silently dropped; the event tells the operator why.
-		r.event("dead-letter-failed", "", err.Error())
+	if s.Poison != nil && cause == s.Poison.Kind {
+		// The bridge published this delivery's envelope, with the full bytes, before it
+		// started or signalled the run.
+		r.event("note", "", "dead-letter envelope "+s.Poison.DLQID+" published by the bridge to "+s.DeadLetterQueue)
+	} else {
+		env := r.envelope(now)
+		var acts *activities.Activities
+		err := workflow.ExecuteLocalActivity(workflow.WithLocalActivityOptions(r.ctx, deadLetterOptions), acts.DeadLetter,
+			activities.DeadLetterInput{Queue: s.DeadLetterQueue, Envelope: env}).Get(r.ctx, nil)
+		if err != nil {
+			// The message stays parked and visible (status dead) even when the envelope could not be
+			// published, so nothing is silently dropped; the event tells the operator why.
+			r.event("dead-letter-failed", "", err.Error())
+		}
 	}
 	if cause == policy.CauseExhausted {
 		r.count(MetricRetriesExhausted)
@@ -455,6 +466,10 @@ func (r *run) waitDead() {
 	})
 	sel.AddReceive(r.retryNow, func(c workflow.ReceiveChannel, _ bool) {
 		a := receiveAction(r.ctx, c)
+		if why := RetryRefusal(s); why != "" {
+			r.event("refused", a.Actor, SignalRetryNow+" "+why)
+			return
+		}
 		r.event(SignalRetryNow, a.Actor, a.Reason)
 		// Retry from dead: the count starts again at 0, the republish is now, and so is the
 		// start of the policy's window.
@@ -502,6 +517,10 @@ func (r *run) addReports(sel workflow.Selector) {
 
 // report applies one failure report, or counts it as a duplicate.
 func (r *run) report(rep message.FailureReport) {
+	if rep.Poison != nil {
+		r.poisonReport(rep)
+		return
+	}
 	if why := r.stale(rep); why != "" {
 		r.state.DuplicateReports++
 		r.event("duplicate-report", "", why)
@@ -511,6 +530,44 @@ func (r *run) report(rep message.FailureReport) {
 		return
 	}
 	r.failed(rep, workflow.Now(r.ctx))
+}
+
+// poisonReport applies a report of a poison delivery that arrived while the run is live: a
+// parked poison message that an operator retried came back from the ingress queue as poison
+// again, so it is dead again. On any other run (PoisonWorkflowID keeps parked runs apart from
+// reported ones, so only by an unlucky id) it is only noted: the bridge has dead-lettered the
+// delivery itself. Runs
+// from before parked poison never received such a report, so this needs no version.
+func (r *run) poisonReport(rep message.FailureReport) {
+	s := &r.state
+	if s.Poison != nil && s.Status == StatusAwaitingOutcome {
+		r.poisoned(rep, workflow.Now(r.ctx))
+		return
+	}
+	s.DuplicateReports++
+	r.event("poison-report", "", "a "+rep.Poison.Kind+" delivery for this message was dead-lettered by the bridge ("+
+		rep.Poison.DLQID+") while "+string(s.Status)+": "+rep.Poison.Reason)
+}
+
+// poisoned parks a poison or oversize delivery as dead: one attempt with the decode error,
+// dead reason poison or oversize. The bridge has published its envelope already.
+func (r *run) poisoned(rep message.FailureReport, now time.Time) {
+	s := &r.state
+	p := rep.Poison
+	s.Poison = p
+	if s.Resets > 0 {
+		// The bytes that came back are the retried ones; the rest of the message stays.
+		s.Message.Payload = rep.Message.Payload
+	}
+	s.Category = string(policy.Unknown)
+	s.LastFailureAt = now
+	s.Attempts = append(s.Attempts, message.Attempt{
+		Attempt:   s.RetryCount + 1,
+		Timestamp: now,
+		Error:     p.Reason,
+		Category:  s.Category,
+	})
+	r.toDead(p.Kind, p.Reason)
 }
 
 // changeReportsWithQuietTimer versions the fix below for running workflows (SPEC §4).
@@ -626,4 +683,16 @@ func searchAttributeUpdates(s *State) []temporal.SearchAttributeUpdate {
 		updates = append(updates, SADeadAt.ValueSet(s.DeadAt))
 	}
 	return updates
+}
+
+// RetryRefusal says why a dead message cannot be retried, or "" when it can: a parked
+// oversize (or otherwise truncated) delivery holds only the first bytes of its body, and a
+// retry would publish other bytes than were received. The ops API asks it before signalling;
+// the workflow refuses the signal the same way.
+func RetryRefusal(s *State) string {
+	if s.Poison != nil && s.Poison.Truncated {
+		return fmt.Sprintf("is not allowed: only the first %d of the %d bytes are kept here; replay the envelope %s from the dead-letter queue %s",
+			len(s.Message.Payload), s.Poison.Size, s.Poison.DLQID, s.DeadLetterQueue)
+	}
+	return ""
 }

@@ -110,6 +110,11 @@ type State struct {
 	ServiceVersion   string `json:"service_version,omitempty"`
 	TenantID         string `json:"tenant_id,omitempty"`
 
+	// Poison is set on a run that parks a delivery the bridge could not decode or carry
+	// (message.Poison): it starts dead, and a retry republishes the raw bytes to the ingress
+	// queue.
+	Poison *message.Poison `json:"poison,omitempty"`
+
 	// WindowStart is when the policy's max window opened, when not at FirstFailureAt: an
 	// operator's retry from dead starts a new window.
 	WindowStart time.Time `json:"window_start,omitzero"`
