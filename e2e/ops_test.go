@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -266,6 +267,30 @@ func TestOpsAPI(t *testing.T) {
 		assert.Contains(t, out["error"], "is delivered")
 	})
 
+	t.Run("ValidatorRefusesSynchronously", func(t *testing.T) {
+		// A skip of a dead letter is an update the workflow's validator rejects: the answer is
+		// the 409 with the table's reason, at once, and the run's history holds no trace of it.
+		before, err := s.state(d[5])
+		require.NoError(t, err)
+		start := time.Now()
+		out := api.must(409, opToken, "POST", msgPath(d[5])+"/skip", map[string]string{"reason": "try"})
+		assert.Less(t, time.Since(start), 3*time.Second, "answered from the validator, not by polling")
+		assert.Equal(t, "dead", out["current_status"])
+		assert.Equal(t, fmt.Sprintf("message %q: the message is dead: skip is allowed only while scheduled", d[5]), out["error"])
+		after, err := s.state(d[5])
+		require.NoError(t, err)
+		assert.Len(t, after.Events, len(before.Events), "a rejected update is not an event of the run")
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		it := s.tc.GetWorkflowHistory(ctx, d[5], "", false, 0)
+		for it.HasNext() {
+			ev, err := it.Next()
+			require.NoError(t, err)
+			assert.Nil(t, ev.GetWorkflowExecutionUpdateAcceptedEventAttributes(), "a rejected update is not in the history")
+			assert.NotEqual(t, workflows.SignalSkip, ev.GetWorkflowExecutionSignaledEventAttributes().GetSignalName())
+		}
+	})
+
 	t.Run("Actions", func(t *testing.T) {
 		out := api.must(200, opToken, "POST", msgPath(sch[0])+"/skip", map[string]string{"reason": "smtp is gone"})
 		assert.Equal(t, true, out["applied"])
@@ -277,6 +302,10 @@ func TestOpsAPI(t *testing.T) {
 
 		out = api.must(200, opToken, "POST", msgPath(d[1])+"/resolve", nil)
 		assert.Equal(t, "resolved", out["state"].(map[string]any)["status"])
+		// The resolve was an update (accepted and completed in the history): recorded for the
+		// replay tests as resolved-by-update.
+		assert.Equal(t, workflows.StatusResolved, s.workflowResult(d[1], 30*time.Second).Status)
+		s.recordHistory(d[1], "resolved-by-update")
 		out = api.must(200, opToken, "POST", msgPath(d[2])+"/discard", "")
 		assert.Equal(t, "discarded", out["state"].(map[string]any)["status"])
 		out = api.must(200, opToken, "DELETE", "/api/dead-letters/"+url.PathEscape(d[3]), nil)

@@ -11,38 +11,43 @@ import (
 
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/api/workflowservice/v1"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/temporal"
 	"golang.org/x/sync/errgroup"
 	"golang.org/x/time/rate"
 
 	"retry-scheduler/workflows"
 )
 
-// action is an operator action: the signal it sends and the statuses it is legal in (the
-// workflow refuses the others too, but the API says so with a 409 instead of a silent no-op).
+// action is an operator action: the route's word, and the workflow's signal and update for it.
+// Which action is legal when is workflows.LegalActions, the workflow's own table.
 type action struct {
 	// Name is the route's word and the log's: retry, skip, resolve, discard.
-	Name    string
-	Signal  string
-	Allowed []workflows.Status
-	// Expected describes the transition, for a 202 answer.
-	Expected string
+	Name   string
+	Signal string
+	Update string
 }
 
 var (
-	actionRetry = action{Name: "retry", Signal: workflows.SignalRetryNow,
-		Allowed:  []workflows.Status{workflows.StatusScheduled, workflows.StatusDead},
-		Expected: "scheduled → republishing now; dead → republishing with the count reset to 0"}
-	actionSkip = action{Name: "skip", Signal: workflows.SignalSkip,
-		Allowed: []workflows.Status{workflows.StatusScheduled}, Expected: "scheduled → dead"}
-	actionResolve = action{Name: "resolve", Signal: workflows.SignalResolve,
-		Allowed: []workflows.Status{workflows.StatusDead}, Expected: "dead → resolved"}
-	actionDiscard = action{Name: "discard", Signal: workflows.SignalDiscard,
-		Allowed: []workflows.Status{workflows.StatusDead}, Expected: "dead → discarded"}
+	actionRetry   = action{Name: "retry", Signal: workflows.SignalRetryNow, Update: workflows.UpdateRetryNow}
+	actionSkip    = action{Name: "skip", Signal: workflows.SignalSkip, Update: workflows.UpdateSkip}
+	actionResolve = action{Name: "resolve", Signal: workflows.SignalResolve, Update: workflows.UpdateResolve}
+	actionDiscard = action{Name: "discard", Signal: workflows.SignalDiscard, Update: workflows.UpdateDiscard}
 )
 
 var actionsByName = map[string]action{
 	actionRetry.Name: actionRetry, actionSkip.Name: actionSkip,
 	actionResolve.Name: actionResolve, actionDiscard.Name: actionDiscard,
+}
+
+// legal is the workflow's table row of act.
+func (act action) legal() workflows.LegalAction {
+	for _, la := range workflows.LegalActions {
+		if la.Signal == act.Signal {
+			return la
+		}
+	}
+	panic("ops: action " + act.Name + " has no row in workflows.LegalActions")
 }
 
 func statusList(ss []workflows.Status) string {
@@ -62,79 +67,86 @@ func allowed(ss []workflows.Status, s workflows.Status) bool {
 	return false
 }
 
-// apply checks that act is legal for id now (and, when only is set, that id is in one of those
-// statuses: a bulk action on the retry queue does not touch dead letters), then signals it
-// with p as the actor. It returns the state read before the signal.
-func (a *API) apply(ctx context.Context, p Principal, act action, id, reason string, only []workflows.Status) (workflows.State, error) {
+// reachable loads id for p and refuses what no workflow can answer: a closed run, or a run in
+// its start delay (Temporal holds signals and updates alike until the delay ends).
+func (a *API) reachable(ctx context.Context, p Principal, act action, id string) (loaded, error) {
 	l, err := a.load(ctx, p, id)
 	if err != nil {
-		return workflows.State{}, err
+		return l, err
 	}
 	cur := l.state.Status
 	if !l.wf.Running {
-		return l.state, &apiError{Status: http.StatusConflict, Current: cur,
-			Msg: fmt.Sprintf("message %q is %s (its workflow is %s): %s is allowed only while %s", id, cur, l.wf.Status, act.Name, statusList(act.Allowed))}
+		return l, &apiError{Status: http.StatusConflict, Current: cur,
+			Msg: fmt.Sprintf("message %q is %s (its workflow is %s): %s is allowed only while %s", id, cur, l.wf.Status, act.Name, act.legal().InList())}
 	}
 	if a.inStartDelay(l.wf.StartDelayUntil) {
-		// Temporal does not end a start delay on a signal: it would wait, and a skip would
-		// then come after the republish.
-		return l.state, &apiError{Status: http.StatusConflict, Current: cur,
-			Msg: fmt.Sprintf("message %q waits its first retry as its workflow's start delay, until %s: Temporal applies no signal before then; %s is possible after it",
+		// Temporal does not end a start delay on a signal or an update: it holds them until the
+		// first workflow task, so a skip would come after the republish, and an update's caller
+		// would wait the whole delay.
+		return l, &apiError{Status: http.StatusConflict, Current: cur,
+			Msg: fmt.Sprintf("message %q waits its first retry as its workflow's start delay, until %s: Temporal applies no signal or update before then; %s is possible after it",
 				id, l.wf.StartDelayUntil.Format(time.RFC3339), act.Name)}
 	}
-	if !allowed(act.Allowed, cur) {
-		return l.state, &apiError{Status: http.StatusConflict, Current: cur,
-			Msg: fmt.Sprintf("message %q is %s: %s is allowed only while %s", id, cur, act.Name, statusList(act.Allowed))}
+	return l, nil
+}
+
+// apply checks that act is legal for id now by the workflow's table (and, when only is set,
+// that id is in one of those statuses: a bulk action on the retry queue does not touch dead
+// letters), then signals it with p as the actor, without waiting for the workflow. The bulk
+// routes use it; a single action is an update (single).
+func (a *API) apply(ctx context.Context, p Principal, act action, id, reason string, only []workflows.Status) error {
+	l, err := a.reachable(ctx, p, act, id)
+	if err != nil {
+		return err
 	}
-	if act.Signal == workflows.SignalRetryNow && cur == workflows.StatusDead {
-		if why := workflows.RetryRefusal(&l.state); why != "" {
-			return l.state, &apiError{Status: http.StatusConflict, Current: cur, Msg: fmt.Sprintf("message %q: retry %s", id, why)}
-		}
+	cur := l.state.Status
+	if why := workflows.ActionRefusal(act.Signal, &l.state); why != "" {
+		return &apiError{Status: http.StatusConflict, Current: cur, Msg: fmt.Sprintf("message %q: %s", id, why)}
 	}
 	if only != nil && !allowed(only, cur) {
-		return l.state, &apiError{Status: http.StatusConflict, Current: cur,
+		return &apiError{Status: http.StatusConflict, Current: cur,
 			Msg: fmt.Sprintf("message %q is %s, not %s", id, cur, statusList(only))}
 	}
 	err = a.cfg.Client.SignalWorkflow(ctx, id, "", act.Signal, workflows.OperatorAction{Actor: p.Name, Reason: reason})
 	var nf *serviceerror.NotFound
 	if errors.As(err, &nf) {
-		return l.state, &apiError{Status: http.StatusConflict, Current: cur, Msg: fmt.Sprintf("message %q closed before the %s signal arrived", id, act.Name)}
+		return &apiError{Status: http.StatusConflict, Current: cur, Msg: fmt.Sprintf("message %q closed before the %s signal arrived", id, act.Name)}
 	}
 	if err != nil {
-		return l.state, fmt.Errorf("signal %s to %s: %w", act.Signal, id, err)
+		return fmt.Errorf("signal %s to %s: %w", act.Signal, id, err)
 	}
-	return l.state, nil
+	return nil
 }
 
-// awaitApplied polls the state until the workflow has recorded actor's signal as applied or
-// refused (each operator signal adds an event), or until ActionWait passes.
-func (a *API) awaitApplied(ctx context.Context, id string, act action, actor string, before int) (st workflows.State, applied bool, refused string, err error) {
-	deadline := time.Now().Add(a.cfg.ActionWait)
-	for {
-		st, err = a.state(ctx, id, nil) // apply refuses a run in its start delay
-		if err != nil {
-			return st, false, "", err
-		}
-		for _, e := range st.Events[min(before, len(st.Events)):] {
-			if e.Actor != actor {
-				continue
-			}
-			if e.Kind == act.Signal {
-				return st, true, "", nil
-			}
-			if e.Kind == "refused" && strings.HasPrefix(e.Detail, act.Signal+" ") {
-				return st, false, e.Detail, nil
-			}
-		}
-		if time.Now().After(deadline) {
-			return st, false, "", nil
-		}
-		select {
-		case <-ctx.Done():
-			return st, false, "", ctx.Err()
-		case <-time.After(100 * time.Millisecond):
-		}
+// update sends act to id as a Temporal Update and returns the state after it. The workflow's
+// validator refuses an illegal action before it enters the history: a 409 with its reason.
+func (a *API) update(ctx context.Context, p Principal, act action, id, reason string) (workflows.State, error) {
+	l, err := a.reachable(ctx, p, act, id)
+	if err != nil {
+		return l.state, err
 	}
+	cur := l.state.Status
+	var st workflows.State
+	h, err := a.cfg.Client.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{
+		WorkflowID:   id,
+		UpdateName:   act.Update,
+		Args:         []any{workflows.OperatorAction{Actor: p.Name, Reason: reason}},
+		WaitForStage: client.WorkflowUpdateStageCompleted,
+	})
+	if err == nil {
+		err = h.Get(ctx, &st)
+	}
+	var appErr *temporal.ApplicationError
+	var nf *serviceerror.NotFound
+	switch {
+	case errors.As(err, &appErr) && appErr.Type() == workflows.ErrTypeIllegalAction:
+		return st, &apiError{Status: http.StatusConflict, Current: cur, Msg: fmt.Sprintf("message %q: %s", id, appErr.Message())}
+	case errors.As(err, &nf):
+		return st, &apiError{Status: http.StatusConflict, Current: cur, Msg: fmt.Sprintf("message %q closed before the %s update arrived", id, act.Name)}
+	case err != nil:
+		return st, fmt.Errorf("update %s of %s: %w", act.Update, id, err)
+	}
+	return st, nil
 }
 
 // ActionRequest is the optional body of a single action.
@@ -142,14 +154,13 @@ type ActionRequest struct {
 	Reason string `json:"reason,omitempty"`
 }
 
-// ActionResponse answers a single action: 200 with Applied and the new state once the
-// workflow has applied the signal, or 202 with Expected when it has not within ActionWait.
+// ActionResponse answers a single action: 200 with the state after it (Applied is always
+// true; it stays for clients written against the signal-and-poll API).
 type ActionResponse struct {
-	ID       string          `json:"id"`
-	Action   string          `json:"action"`
-	Applied  bool            `json:"applied"`
-	Expected string          `json:"expected,omitempty"`
-	State    workflows.State `json:"state"`
+	ID      string          `json:"id"`
+	Action  string          `json:"action"`
+	Applied bool            `json:"applied"`
+	State   workflows.State `json:"state"`
 }
 
 func (a *API) postMessageAction(w http.ResponseWriter, r *http.Request) {
@@ -183,29 +194,16 @@ func (a *API) single(w http.ResponseWriter, r *http.Request, act action, id stri
 		fail(w, err)
 		return
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), 15*time.Second+a.cfg.ActionWait)
+	ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second+a.cfg.ActionWait)
 	defer cancel()
-	before, err := a.apply(ctx, p, act, id, req.Reason, nil)
+	st, err := a.update(ctx, p, act, id, req.Reason)
 	if err != nil {
 		a.audit(p, act.Name, []string{id}, req.Reason, "refused", "error", err.Error())
 		fail(w, err)
 		return
 	}
-	st, applied, refused, err := a.awaitApplied(ctx, id, act, p.Name, len(before.Events))
-	switch {
-	case err != nil:
-		a.audit(p, act.Name, []string{id}, req.Reason, "signalled", "error", err.Error())
-		writeJSON(w, http.StatusAccepted, ActionResponse{ID: id, Action: act.Name, Expected: act.Expected, State: before})
-	case refused != "":
-		a.audit(p, act.Name, []string{id}, req.Reason, "refused by workflow", "detail", refused)
-		fail(w, &apiError{Status: http.StatusConflict, Current: st.Status, Msg: fmt.Sprintf("message %q: the workflow refused it: %s", id, refused)})
-	case applied:
-		a.audit(p, act.Name, []string{id}, req.Reason, "applied", "status", string(st.Status))
-		writeJSON(w, http.StatusOK, ActionResponse{ID: id, Action: act.Name, Applied: true, State: st})
-	default:
-		a.audit(p, act.Name, []string{id}, req.Reason, "signalled")
-		writeJSON(w, http.StatusAccepted, ActionResponse{ID: id, Action: act.Name, Expected: act.Expected, State: st})
-	}
+	a.audit(p, act.Name, []string{id}, req.Reason, "applied", "status", string(st.Status))
+	writeJSON(w, http.StatusOK, ActionResponse{ID: id, Action: act.Name, Applied: true, State: st})
 }
 
 // audit logs one mutating call: who, what, which ids, the result. Never the token.
@@ -262,7 +260,7 @@ func (a *API) bulk(act action, from workflows.Status) http.HandlerFunc {
 		g.SetLimit(8)
 		for _, id := range req.IDs {
 			g.Go(func() error {
-				_, err := a.apply(ctx, p, act, id, req.Reason, []workflows.Status{from})
+				err := a.apply(ctx, p, act, id, req.Reason, []workflows.Status{from})
 				mu.Lock()
 				defer mu.Unlock()
 				if err != nil {
@@ -370,7 +368,7 @@ func (a *API) filtered(act action, from workflows.Status) http.HandlerFunc {
 			err := lim.Wait(ctx)
 			if err == nil {
 				actx, cancel := context.WithTimeout(ctx, 15*time.Second)
-				_, err = a.apply(actx, p, act, it.ID, req.Reason, []workflows.Status{from})
+				err = a.apply(actx, p, act, it.ID, req.Reason, []workflows.Status{from})
 				cancel()
 			}
 			if err != nil {

@@ -30,6 +30,7 @@ type Temporal interface {
 	DescribeWorkflowExecution(ctx context.Context, workflowID, runID string) (*workflowservice.DescribeWorkflowExecutionResponse, error)
 	QueryWorkflow(ctx context.Context, workflowID string, runID string, queryType string, args ...interface{}) (converter.EncodedValue, error)
 	SignalWorkflow(ctx context.Context, workflowID string, runID string, signalName string, arg interface{}) error
+	UpdateWorkflow(ctx context.Context, options client.UpdateWorkflowOptions) (client.WorkflowUpdateHandle, error)
 	GetWorkflowHistory(ctx context.Context, workflowID string, runID string, isLongPoll bool, filterType enumspb.HistoryEventFilterType) client.HistoryEventIterator
 }
 
@@ -46,8 +47,8 @@ type APIConfig struct {
 	TaskQueue string
 	// ReplayRate is how many signals per second replay and purge send. Defaults to 20.
 	ReplayRate float64
-	// ActionWait is how long a single action waits to see its signal applied before answering
-	// 202. Defaults to 5s.
+	// ActionWait bounds, with 10s for reading the state first, how long a single action waits
+	// for its update's result before answering 503 (a stopped worker). Defaults to 5s.
 	ActionWait time.Duration
 	// MaxScan is the most workflows one list reads to sort them (SQL visibility, the dev
 	// server's and PostgreSQL's, cannot ORDER BY). Defaults to 10000.

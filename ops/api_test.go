@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -26,6 +27,7 @@ import (
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
+	"go.temporal.io/sdk/temporal"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"retry-scheduler/message"
@@ -200,6 +202,54 @@ func (f *fakeTemporal) SignalWorkflow(_ context.Context, id, _, signal string, a
 	case workflows.SignalDiscard:
 		s.Status = workflows.StatusDiscarded
 	}
+	return nil
+}
+
+// UpdateWorkflow applies an operator update the way RetryWorkflow does: the validator asks the
+// workflow's table, and the result is the state after the action.
+func (f *fakeTemporal) UpdateWorkflow(ctx context.Context, o client.UpdateWorkflowOptions) (client.WorkflowUpdateHandle, error) {
+	signal := ""
+	for _, la := range workflows.LegalActions {
+		if la.Update == o.UpdateName {
+			signal = la.Signal
+		}
+	}
+	if signal == "" {
+		return nil, fmt.Errorf("no update %q", o.UpdateName)
+	}
+	f.mu.Lock()
+	s, ok := f.wfs[o.WorkflowID]
+	var why string
+	if ok && !f.closed[o.WorkflowID] {
+		why = workflows.ActionRefusal(signal, s)
+	}
+	f.mu.Unlock()
+	if why != "" {
+		return &fakeUpdate{id: o.WorkflowID, err: temporal.NewNonRetryableApplicationError(why, workflows.ErrTypeIllegalAction, nil)}, nil
+	}
+	if err := f.SignalWorkflow(ctx, o.WorkflowID, "", signal, o.Args[0]); err != nil {
+		return nil, err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return &fakeUpdate{id: o.WorkflowID, state: *f.wfs[o.WorkflowID]}, nil
+}
+
+// fakeUpdate is a completed update.
+type fakeUpdate struct {
+	id    string
+	state workflows.State
+	err   error
+}
+
+func (u *fakeUpdate) WorkflowID() string { return u.id }
+func (u *fakeUpdate) RunID() string      { return "" }
+func (u *fakeUpdate) UpdateID() string   { return "" }
+func (u *fakeUpdate) Get(_ context.Context, v interface{}) error {
+	if u.err != nil {
+		return u.err
+	}
+	*v.(*workflows.State) = u.state
 	return nil
 }
 

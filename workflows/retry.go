@@ -66,6 +66,7 @@ func RetryWorkflow(ctx workflow.Context, in Input) (Result, error) {
 			return Result{}, err
 		}
 	}
+	r.refusePendingActions()
 	workflow.GetLogger(ctx).Info("retry workflow ended",
 		"message_id", r.state.Message.MessageID, "status", r.state.Status, "retry_count", r.state.RetryCount)
 	return Result{Status: r.state.Status, RetryCount: r.state.RetryCount, Sequence: r.state.Sequence}, nil
@@ -78,6 +79,9 @@ type run struct {
 	retention time.Duration
 
 	reports, retryNow, skip, resolve, discard workflow.ReceiveChannel
+	// actions carries the operator updates (*actionRequest) from their handlers to the loop,
+	// which applies them where it applies the signals.
+	actions workflow.Channel
 	// lastKey is the key of the most recent republish: a report that names another key is stale.
 	lastKey string
 	// delayedStart is set while the first report of a run started with a start delay is taken
@@ -95,7 +99,117 @@ func (r *run) setup() error {
 	if err := workflow.SetQueryHandler(r.ctx, QueryState, func() (State, error) { return r.state, nil }); err != nil {
 		return fmt.Errorf("register %s query: %w", QueryState, err)
 	}
+	// Registering update handlers adds no command: histories without updates replay as before.
+	r.actions = workflow.NewChannel(r.ctx)
+	for _, la := range LegalActions {
+		if err := workflow.SetUpdateHandlerWithOptions(r.ctx, la.Update, r.updateHandler(la.Signal),
+			workflow.UpdateHandlerOptions{Validator: r.updateValidator(la.Signal)}); err != nil {
+			return fmt.Errorf("register %s update: %w", la.Update, err)
+		}
+	}
 	return nil
+}
+
+// actionRequest is one operator update on its way from its handler to the loop; the loop sets
+// refusal (empty when applied) and done.
+type actionRequest struct {
+	signal  string
+	action  OperatorAction
+	refusal string
+	done    bool
+}
+
+// updateValidator refuses an operator update that the table does not allow now, before it
+// enters the history.
+func (r *run) updateValidator(signal string) func(workflow.Context, OperatorAction) error {
+	return func(_ workflow.Context, _ OperatorAction) error {
+		if why := ActionRefusal(signal, &r.state); why != "" {
+			return temporal.NewNonRetryableApplicationError(why, ErrTypeIllegalAction, nil)
+		}
+		return nil
+	}
+}
+
+// updateHandler hands an accepted operator update to the loop, which applies it as it
+// applies the signal, and answers with the state after it. The loop refuses it still when
+// the state changed between the validator and the loop (a report in the same task).
+func (r *run) updateHandler(signal string) func(workflow.Context, OperatorAction) (State, error) {
+	return func(ctx workflow.Context, a OperatorAction) (State, error) {
+		req := &actionRequest{signal: signal, action: a}
+		r.actions.Send(ctx, req)
+		if err := workflow.Await(ctx, func() bool { return req.done }); err != nil {
+			return State{}, err
+		}
+		if req.refusal != "" {
+			return r.state, temporal.NewNonRetryableApplicationError(req.refusal, ErrTypeIllegalAction, nil)
+		}
+		return r.state, nil
+	}
+}
+
+// addActionUpdates adds the operator updates' channel: each is applied like its signal.
+func (r *run) addActionUpdates(sel workflow.Selector) {
+	sel.AddReceive(r.actions, func(c workflow.ReceiveChannel, _ bool) {
+		var req *actionRequest
+		c.Receive(r.ctx, &req)
+		if a := req.action; a.Actor == "" {
+			req.action.Actor = "unknown"
+		}
+		req.refusal = r.act(req.signal, req.action)
+		req.done = true
+	})
+}
+
+// refusePendingActions refuses the operator updates still waiting when the run ends (accepted
+// while it could, applied after it could not), so that no handler is left unfinished.
+func (r *run) refusePendingActions() {
+	var req *actionRequest
+	for r.actions.ReceiveAsync(&req) {
+		req.refusal = ActionRefusal(req.signal, &r.state)
+		if req.refusal == "" {
+			req.refusal = req.signal + " is refused: the run ended"
+		}
+		req.done = true
+	}
+}
+
+// addActionSignals adds the operator signal channels, in the order given (the order decides
+// which of two signals in one task goes first, so each state keeps its own): each signal is
+// applied or refused by act.
+func (r *run) addActionSignals(sel workflow.Selector, chans ...workflow.ReceiveChannel) {
+	for _, ch := range chans {
+		sel.AddReceive(ch, func(c workflow.ReceiveChannel, _ bool) {
+			r.act(c.Name(), receiveAction(r.ctx, c))
+		})
+	}
+}
+
+// act applies operator action signal by a, or records it as refused and says why: the one
+// place where an action changes the state, for the signals and the updates alike.
+func (r *run) act(signal string, a OperatorAction) string {
+	s := &r.state
+	if why := ActionRefusal(signal, s); why != "" {
+		r.event("refused", a.Actor, why)
+		return why
+	}
+	r.event(signal, a.Actor, a.Reason)
+	switch {
+	case signal == SignalRetryNow && s.Status == StatusScheduled:
+		s.Status = StatusRepublishing
+	case signal == SignalRetryNow && s.Status == StatusDead:
+		r.retryFromDead(a)
+	case signal == SignalSkip:
+		r.toDead(CauseSkipped, "skipped by "+a.Actor+": "+a.Reason)
+	case signal == SignalResolve:
+		s.Status = StatusResolved
+		r.logClosed()
+		r.upsert()
+	case signal == SignalDiscard:
+		s.Status = StatusDiscarded
+		r.logClosed()
+		r.upsert()
+	}
+	return ""
 }
 
 func (r *run) awaitFirstReport() (message.FailureReport, bool) {
@@ -308,17 +422,8 @@ func (r *run) waitScheduled() {
 	sel := workflow.NewSelector(r.ctx)
 	sel.AddFuture(timer, func(workflow.Future) { fired = true })
 	r.addReports(sel)
-	sel.AddReceive(r.retryNow, func(c workflow.ReceiveChannel, _ bool) {
-		a := receiveAction(r.ctx, c)
-		r.event(SignalRetryNow, a.Actor, a.Reason)
-		fired = true
-	})
-	sel.AddReceive(r.skip, func(c workflow.ReceiveChannel, _ bool) {
-		a := receiveAction(r.ctx, c)
-		r.event(SignalSkip, a.Actor, a.Reason)
-		r.toDead(CauseSkipped, "skipped by "+a.Actor+": "+a.Reason)
-	})
-	r.addRefusals(sel, r.resolve, r.discard)
+	r.addActionSignals(sel, r.retryNow, r.skip, r.resolve, r.discard)
+	r.addActionUpdates(sel)
 	sel.Select(r.ctx)
 	if fired && s.Status == StatusScheduled {
 		s.Status = StatusRepublishing
@@ -371,7 +476,8 @@ func (r *run) waitOutcome() {
 	sel := workflow.NewSelector(r.ctx)
 	sel.AddFuture(workflow.NewTimer(timerCtx, s.Policy.QuietWindow), func(workflow.Future) { quiet = true })
 	r.addReports(sel)
-	r.addRefusals(sel, r.retryNow, r.skip, r.resolve, r.discard)
+	r.addActionSignals(sel, r.retryNow, r.skip, r.resolve, r.discard)
+	r.addActionUpdates(sel)
 	sel.Select(r.ctx)
 	if quiet && s.Status == StatusAwaitingOutcome && !r.takePendingReports() {
 		s.Status = StatusDelivered
@@ -464,45 +570,28 @@ func (r *run) waitDead() {
 		s.DuplicateReports++
 		r.event("report-while-dead", "", "failure report for a dead message kept as a note: "+rep.Failure.Reason)
 	})
-	sel.AddReceive(r.retryNow, func(c workflow.ReceiveChannel, _ bool) {
-		a := receiveAction(r.ctx, c)
-		if why := RetryRefusal(s); why != "" {
-			r.event("refused", a.Actor, SignalRetryNow+" "+why)
-			return
-		}
-		r.event(SignalRetryNow, a.Actor, a.Reason)
-		// Retry from dead: the count starts again at 0, the republish is now, and so is the
-		// start of the policy's window.
-		s.Resets++
-		s.RetryCount = 0
-		s.DeadReason, s.DeadDetail, s.DeadAt = "", "", time.Time{}
-		s.NextRetryAt = workflow.Now(r.ctx)
-		if workflow.GetVersion(r.ctx, changeRetryOpensWindow, workflow.DefaultVersion, 1) != workflow.DefaultVersion {
-			s.WindowStart = s.NextRetryAt
-		}
-		s.Status = StatusRepublishing
-		r.count(MetricRetriesScheduled)
-		workflow.GetLogger(r.ctx).Info("retry scheduled",
-			"message_id", s.Message.MessageID, "attempt", 1, "next_retry_at", s.NextRetryAt,
-			"actor", a.Actor, "outcome", "scheduled")
-		r.upsert()
-	})
-	sel.AddReceive(r.resolve, func(c workflow.ReceiveChannel, _ bool) {
-		a := receiveAction(r.ctx, c)
-		r.event(SignalResolve, a.Actor, a.Reason)
-		s.Status = StatusResolved
-		r.logClosed()
-		r.upsert()
-	})
-	sel.AddReceive(r.discard, func(c workflow.ReceiveChannel, _ bool) {
-		a := receiveAction(r.ctx, c)
-		r.event(SignalDiscard, a.Actor, a.Reason)
-		s.Status = StatusDiscarded
-		r.logClosed()
-		r.upsert()
-	})
-	r.addRefusals(sel, r.skip)
+	r.addActionSignals(sel, r.retryNow, r.resolve, r.discard, r.skip)
+	r.addActionUpdates(sel)
 	sel.Select(r.ctx)
+}
+
+// retryFromDead applies an operator's retry of a dead message: the count starts again at 0,
+// the republish is now, and so is the start of the policy's window.
+func (r *run) retryFromDead(a OperatorAction) {
+	s := &r.state
+	s.Resets++
+	s.RetryCount = 0
+	s.DeadReason, s.DeadDetail, s.DeadAt = "", "", time.Time{}
+	s.NextRetryAt = workflow.Now(r.ctx)
+	if workflow.GetVersion(r.ctx, changeRetryOpensWindow, workflow.DefaultVersion, 1) != workflow.DefaultVersion {
+		s.WindowStart = s.NextRetryAt
+	}
+	s.Status = StatusRepublishing
+	r.count(MetricRetriesScheduled)
+	workflow.GetLogger(r.ctx).Info("retry scheduled",
+		"message_id", s.Message.MessageID, "attempt", 1, "next_retry_at", s.NextRetryAt,
+		"actor", a.Actor, "outcome", "scheduled")
+	r.upsert()
 }
 
 // addReports adds the failure-report channel: a report is applied when it is the failure of
@@ -611,17 +700,6 @@ func (r *run) stale(rep message.FailureReport) string {
 	return ""
 }
 
-// addRefusals makes operator signals that are illegal in the current state visible as
-// refused events instead of silently ignoring them.
-func (r *run) addRefusals(sel workflow.Selector, chans ...workflow.ReceiveChannel) {
-	for _, ch := range chans {
-		sel.AddReceive(ch, func(c workflow.ReceiveChannel, _ bool) {
-			a := receiveAction(r.ctx, c)
-			r.event("refused", a.Actor, c.Name()+" is not allowed while "+string(r.state.Status))
-		})
-	}
-}
-
 func receiveAction(ctx workflow.Context, c workflow.ReceiveChannel) OperatorAction {
 	var a OperatorAction
 	c.Receive(ctx, &a)
@@ -683,16 +761,4 @@ func searchAttributeUpdates(s *State) []temporal.SearchAttributeUpdate {
 		updates = append(updates, SADeadAt.ValueSet(s.DeadAt))
 	}
 	return updates
-}
-
-// RetryRefusal says why a dead message cannot be retried, or "" when it can: a parked
-// oversize (or otherwise truncated) delivery holds only the first bytes of its body, and a
-// retry would publish other bytes than were received. The ops API asks it before signalling;
-// the workflow refuses the signal the same way.
-func RetryRefusal(s *State) string {
-	if s.Poison != nil && s.Poison.Truncated {
-		return fmt.Sprintf("is not allowed: only the first %d of the %d bytes are kept here; replay the envelope %s from the dead-letter queue %s",
-			len(s.Message.Payload), s.Poison.Size, s.Poison.DLQID, s.DeadLetterQueue)
-	}
-	return ""
 }

@@ -236,7 +236,7 @@ async function rowAction(id, action, question) {
   if (question && !window.confirm(question)) return;
   try {
     const r = await api('POST', 'messages/' + encodeURIComponent(id) + '/' + action, {});
-    setProgress(verbs[action] + ' ' + id + (r.applied ? ': now ' + r.state.status + '.' : ' (signal sent; ' + r.expected + ').'));
+    setProgress(verbs[action] + ' ' + id + ': now ' + r.state.status + '.');
   } catch (e) {
     if (e.status !== 401) setProgress(e.message, true);
   }
