@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -43,19 +42,9 @@ func TestSocketHangUpTextGetsMaxRetries(t *testing.T) {
 	s.run("all")
 	orders := s.queue(s.prefix+".orders", nil)
 	const reason = "ECONNRESET: socket hang up"
-	var mu sync.Mutex
-	var reportErr error
-	c := s.consume(orders, func(d amqp.Delivery) {
-		key, _ := d.Headers["x-retry-key"].(string)
-		n := int(d.Headers["x-retry-count"].(int32))
-		err := s.sendRetry(message.RetryMessage{MessageID: d.MessageId, OriginalPayload: d.Body, OriginalQueue: orders,
-			ErrorReason: reason, MaxRetries: 3, RetryCount: n, RetryKey: key})
-		mu.Lock()
-		if err != nil {
-			reportErr = err
-		}
-		mu.Unlock()
-		_ = d.Ack(false)
+	c, reportErr := s.failingConsumer(orders, func(d amqp.Delivery, n int, key string) message.RetryMessage {
+		return message.RetryMessage{MessageID: d.MessageId, OriginalPayload: d.Body, OriginalQueue: orders,
+			ErrorReason: reason, MaxRetries: 3, RetryCount: n, RetryKey: key}
 	})
 	dead := s.consume(s.dlq, nil)
 
@@ -64,9 +53,7 @@ func TestSocketHangUpTextGetsMaxRetries(t *testing.T) {
 	env := envelopeOf(t, dead.next(t, 60*time.Second))
 	id := workflows.WorkflowID(orders, "hangup-1")
 	s.recordHistory(id, "socket-code-in-reason")
-	mu.Lock()
-	require.NoError(t, reportErr)
-	mu.Unlock()
+	require.NoError(t, reportErr())
 
 	require.Len(t, c.all(), 3, "republished exactly max_retries times")
 	require.Equal(t, "exhausted", env.DeadReason)

@@ -58,31 +58,17 @@ func TestFailingConsumerExhaustsThenDeadLetters(t *testing.T) {
 	s := newStack(t)
 	s.run("all")
 	orders := s.queue(s.prefix+".orders", nil)
-	var reportErr error
-	var mu sync.Mutex
-	c := s.consume(orders, func(d amqp.Delivery) {
-		// The consumer's own failure handling: report to the scheduler, then ack.
-		key, _ := d.Headers["x-retry-key"].(string)
-		n := int(d.Headers["x-retry-count"].(int32))
-		err := s.sendRetry(message.RetryMessage{
-			MessageID: d.MessageId, OriginalPayload: d.Body, OriginalQueue: orders,
-			ErrorReason: fmt.Sprintf("timeout #%d", n+1), ErrorCode: "ETIMEDOUT", RetryCount: n, RetryKey: key,
-		})
-		mu.Lock()
-		if err != nil {
-			reportErr = err
-		}
-		mu.Unlock()
-		_ = d.Ack(false)
+	// The consumer's own failure handling: report to the scheduler, then ack.
+	c, reportErr := s.failingConsumer(orders, func(d amqp.Delivery, n int, key string) message.RetryMessage {
+		return message.RetryMessage{MessageID: d.MessageId, OriginalPayload: d.Body, OriginalQueue: orders,
+			ErrorReason: fmt.Sprintf("timeout #%d", n+1), ErrorCode: "ETIMEDOUT", RetryCount: n, RetryKey: key}
 	})
 	dead := s.consume(s.dlq, nil)
 
 	s.publishRetry(message.RetryMessage{MessageID: "m-2", OriginalPayload: []byte("p"), OriginalQueue: orders,
 		ErrorReason: "timeout #1", ErrorCode: "ETIMEDOUT"})
 	env := envelopeOf(t, dead.next(t, 60*time.Second))
-	mu.Lock()
-	require.NoError(t, reportErr)
-	mu.Unlock()
+	require.NoError(t, reportErr())
 
 	got := c.all()
 	require.Len(t, got, 3, "exactly max_retries republishes")

@@ -336,6 +336,32 @@ func (c *consumer) session(ctx context.Context, queue string) {
 	}
 }
 
+// failingConsumer is a consumer of queue that fails on every delivery: it reports the failure
+// that report builds (from the delivery, its x-retry-count and x-retry-key) back to the
+// scheduler, as seed 000's consumers do, then acks. reportErr is the first report that could
+// not be sent.
+func (s *stack) failingConsumer(queue string, report func(d amqp.Delivery, n int, key string) message.RetryMessage) (c *consumer, reportErr func() error) {
+	var mu sync.Mutex
+	var first error
+	c = s.consume(queue, func(d amqp.Delivery) {
+		key, _ := d.Headers["x-retry-key"].(string)
+		n := int(d.Headers["x-retry-count"].(int32))
+		if err := s.sendRetry(report(d, n, key)); err != nil {
+			mu.Lock()
+			if first == nil {
+				first = err
+			}
+			mu.Unlock()
+		}
+		_ = d.Ack(false)
+	})
+	return c, func() error {
+		mu.Lock()
+		defer mu.Unlock()
+		return first
+	}
+}
+
 // next waits for the next arrival.
 func (c *consumer) next(t *testing.T, timeout time.Duration) amqp.Delivery {
 	t.Helper()

@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -22,32 +21,6 @@ import (
 	"retry-scheduler/workflows"
 )
 
-// reportEveryDelivery is a consumer that fails on every delivery: it reports the failure back
-// with the delivery's id, count and key (seed 000's contract), then acks.
-func (s *stack) reportEveryDelivery(queue string) (*consumer, func() error) {
-	var mu sync.Mutex
-	var reportErr error
-	c := s.consume(queue, func(d amqp.Delivery) {
-		key, _ := d.Headers["x-retry-key"].(string)
-		n := int(d.Headers["x-retry-count"].(int32))
-		err := s.sendRetry(message.RetryMessage{
-			MessageID: d.MessageId, OriginalPayload: d.Body, OriginalQueue: queue,
-			ErrorReason: fmt.Sprintf("timeout #%d", n+1), ErrorCode: "ETIMEDOUT", RetryCount: n, RetryKey: key,
-		})
-		if err != nil {
-			mu.Lock()
-			reportErr = err
-			mu.Unlock()
-		}
-		_ = d.Ack(false)
-	})
-	return c, func() error {
-		mu.Lock()
-		defer mu.Unlock()
-		return reportErr
-	}
-}
-
 // Temporal's SQL stores keep workflow_id at 255 bytes. On a queue name of 255 bytes (AMQP's
 // limit) a message id of 255 bytes gets the hashed workflow ID and keeps its id; one of 256
 // bytes, which AMQP's message-id property cannot carry on republish, gets the fallback id.
@@ -58,7 +31,10 @@ func TestLongIDsOnALongQueueName(t *testing.T) {
 	name := s.prefix + ".orders-"
 	orders := s.queue(name+strings.Repeat("q", 255-len(name)), nil)
 	require.Len(t, orders, 255)
-	c, reportErr := s.reportEveryDelivery(orders)
+	c, reportErr := s.failingConsumer(orders, func(d amqp.Delivery, n int, key string) message.RetryMessage {
+		return message.RetryMessage{MessageID: d.MessageId, OriginalPayload: d.Body, OriginalQueue: orders,
+			ErrorReason: fmt.Sprintf("timeout #%d", n+1), ErrorCode: "ETIMEDOUT", RetryCount: n, RetryKey: key}
+	})
 	dead := s.consume(s.dlq, nil)
 
 	id255, id256 := strings.Repeat("a", 255), strings.Repeat("b", 256)
