@@ -101,6 +101,10 @@ const (
 	probeTimeout = 5 * time.Second
 )
 
+// consumerTag names the bridge's one consumer on its channel (a channel consumes once: the
+// bridge holds deliveries rather than cancelling and consuming again).
+const consumerTag = "retry-scheduler-bridge"
+
 // rpcTimeout bounds each AMQP method the bridge waits on (declare, qos, consume, cancel,
 // close); a broker that does not answer in that time is treated as a lost connection.
 const rpcTimeout = 10 * time.Second
@@ -443,7 +447,6 @@ type loop struct {
 	s          *session
 	mode       mode
 	deliveries <-chan amqp.Delivery
-	tag        string
 	inflight   int
 	consumed   bool
 	// held are entries waiting for Temporal, oldest first.
@@ -568,10 +571,9 @@ func (l *loop) resume() {
 }
 
 func (l *loop) consume() error {
-	l.tag = "retry-scheduler-bridge"
 	var d <-chan amqp.Delivery
 	if err := l.s.rpc("consume "+l.s.b.cfg.Queue, func() (err error) {
-		d, err = l.s.ch.Consume(l.s.b.cfg.Queue, l.tag, false, false, false, false, nil)
+		d, err = l.s.ch.Consume(l.s.b.cfg.Queue, consumerTag, false, false, false, false, nil)
 		return err
 	}); err != nil {
 		return err
@@ -600,7 +602,7 @@ func (l *loop) shutdown() error {
 	s, b := l.s, l.s.b
 	b.ready.Store(false)
 	if l.deliveries != nil {
-		if err := s.rpc("cancel consumer", func() error { return s.ch.Cancel(l.tag, false) }); err != nil {
+		if err := s.rpc("cancel consumer", func() error { return s.ch.Cancel(consumerTag, false) }); err != nil {
 			return l.lost(err)
 		}
 	}
@@ -662,18 +664,17 @@ func (s *session) process(e *entry) result {
 		if err == nil {
 			break
 		}
-		if IsPermanent(err) {
+		switch s.judge(err) {
+		case failPermanent:
 			return s.deadLetter(e, &PoisonError{
 				Kind:          KindPoison,
 				Reason:        "report rejected: " + err.Error(),
 				OriginalQueue: rep.Message.OriginalQueue,
 				MessageID:     rep.Message.MessageID,
 			})
-		}
-		if s.ctx.Err() != nil {
+		case failStale:
 			return s.stale(d, err)
-		}
-		if !s.messageFault(err) {
+		case failOutage:
 			log.Warn("report failed; holding the delivery unacked until Temporal answers", "outcome", OutcomeHeld, "error", err)
 			return s.hold(e, fmt.Errorf("report: %w", err))
 		}
@@ -704,6 +705,34 @@ func (s *session) process(e *entry) result {
 		log.Warn("failure report accepted but delivery not acked: channel gone; the broker will redeliver it", "outcome", r.outcome)
 	}
 	return r
+}
+
+// reportFailure is what a failed report means; judge tells.
+type reportFailure int
+
+const (
+	// failPermanent: no retry mends it (Permanent).
+	failPermanent reportFailure = iota
+	// failStale: the session is retired; the delivery can be neither acked nor held.
+	failStale
+	// failOutage: Temporal as a whole is unavailable; hold the delivery.
+	failOutage
+	// failMessage: Temporal answers; the failure is the message's own.
+	failMessage
+)
+
+// judge classifies a failed report, for the report of a delivery and the start of a parked
+// workflow alike.
+func (s *session) judge(err error) reportFailure {
+	switch {
+	case IsPermanent(err):
+		return failPermanent
+	case s.ctx.Err() != nil:
+		return failStale
+	case !s.messageFault(err):
+		return failOutage
+	}
+	return failMessage
 }
 
 // messageFault reports whether a failed report is the message's own: Temporal answers the

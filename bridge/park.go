@@ -70,18 +70,17 @@ func (s *session) park(e *entry, rep message.FailureReport, log *slog.Logger) (h
 	ctx, cancel := context.WithTimeout(s.ctx, b.cfg.ReportTimeout)
 	err = b.starter.Report(ctx, rep)
 	cancel()
-	switch {
-	case err == nil:
+	if err == nil {
 		return false, nil
-	case IsPermanent(err):
-		log.Error("parked workflow refused; the dead-letter envelope alone stands for the delivery", "error", err)
-		return false, err
-	case s.ctx.Err() != nil:
-		return false, err
-	case !s.messageFault(err):
-		return true, err
 	}
-	log.Error("parked workflow not started while Temporal answers; the dead-letter envelope alone stands for the delivery", "error", err)
+	switch s.judge(err) {
+	case failOutage:
+		return true, err
+	case failPermanent:
+		log.Error("parked workflow refused; the dead-letter envelope alone stands for the delivery", "error", err)
+	case failMessage:
+		log.Error("parked workflow not started while Temporal answers; the dead-letter envelope alone stands for the delivery", "error", err)
+	}
 	return false, err
 }
 
