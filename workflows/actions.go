@@ -2,6 +2,7 @@ package workflows
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 )
 
@@ -45,22 +46,16 @@ var LegalActions = []LegalAction{
 
 // legalAction is the row of the action signal names.
 func legalAction(signal string) (LegalAction, bool) {
-	for _, a := range LegalActions {
-		if a.Signal == signal {
-			return a, true
-		}
+	i := slices.IndexFunc(LegalActions, func(a LegalAction) bool { return a.Signal == signal })
+	if i < 0 {
+		return LegalAction{}, false
 	}
-	return LegalAction{}, false
+	return LegalActions[i], true
 }
 
 // Allows reports whether the action is legal in status s, by status alone.
 func (a LegalAction) Allows(s Status) bool {
-	for _, x := range a.In {
-		if x == s {
-			return true
-		}
-	}
-	return false
+	return slices.Contains(a.In, s)
 }
 
 // InList is the statuses the action is legal in, for messages: "scheduled or dead".
