@@ -207,7 +207,7 @@ func (p *pipeline) explain(ctx context.Context, original, name string, seqs []in
 func describeLost(ctx context.Context, tc client.Client, original, name string, seqs []int) []string {
 	var out []string
 	for _, seq := range seqs {
-		id := workflows.WorkflowID(original, name+"-"+strconv.Itoa(seq))
+		id := message.WorkflowID(original, name+"-"+strconv.Itoa(seq))
 		d, err := tc.DescribeWorkflowExecution(ctx, id, "")
 		if err != nil {
 			out = append(out, fmt.Sprintf("%d: workflow %s: %v", seq, id, err))

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"retry-scheduler/message"
 	"slices"
 	"strconv"
 	"strings"
@@ -10,8 +11,6 @@ import (
 
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
-
-	"retry-scheduler/workflows"
 )
 
 // slowestTraced is how many of a step's latest messages get a timeline in the JSON.
@@ -47,7 +46,7 @@ type traced struct {
 func timelines(ctx context.Context, tc client.Client, original, name string, msgs []traced) []string {
 	var out []string
 	for _, m := range msgs {
-		id := workflows.WorkflowID(original, name+"-"+strconv.Itoa(m.seq))
+		id := message.WorkflowID(original, name+"-"+strconv.Itoa(m.seq))
 		line, err := timeline(ctx, tc, id, m)
 		if err != nil {
 			line = fmt.Sprintf("seq %d late %s: history of %s: %v", m.seq, m.late.Round(time.Millisecond), id, err)

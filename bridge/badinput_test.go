@@ -16,7 +16,6 @@ import (
 
 	"retry-scheduler/message"
 	"retry-scheduler/policy"
-	"retry-scheduler/workflows"
 )
 
 // The bad-input catalogue (issue 6): every kind of bad input a producer can send, and what
@@ -107,20 +106,20 @@ func badInputCatalogue(t *testing.T) []badInput {
 		{name: "x-death a string", d: Delivery{Headers: amqp.Table{"x-death": "orders"}, Body: []byte("b")}, kind: KindPoison, reason: "x-death header is not an array of tables"},
 		{name: "x-retry-count a table", d: deadLettered("orders", amqp.Table{"x-retry-count": amqp.Table{"n": 1}}, []byte("b")), kind: KindPoison, reason: "x-retry-count header must be an integer, got a value of type amqp091.Table"},
 
-		// Missing or huge message_id: a documented fallback id, not poison (workflows.MessageIDOrFallback).
+		// Missing or huge message_id: a documented fallback id, not poison (message.MessageIDOrFallback).
 		{name: "missing message_id", d: retryJSON(t, func(f map[string]any) { delete(f, "message_id") }), check: func(t *testing.T, rep message.FailureReport) {
-			assert.Equal(t, workflows.FallbackMessageID("orders", []byte(`{"order":42}`)), rep.Message.MessageID)
+			assert.Equal(t, message.FallbackMessageID("orders", []byte(`{"order":42}`)), rep.Message.MessageID)
 			assert.Contains(t, strings.Join(rep.Notes, "|"), "message has no id; using fallback sha256-")
 		}},
 		{name: "huge message_id (10 KiB)", d: retryJSON(t, func(f map[string]any) { f["message_id"] = hugeID }), check: func(t *testing.T, rep message.FailureReport) {
-			assert.Equal(t, workflows.FallbackMessageID("orders", []byte(`{"order":42}`)), rep.Message.MessageID)
+			assert.Equal(t, message.FallbackMessageID("orders", []byte(`{"order":42}`)), rep.Message.MessageID)
 			assert.Contains(t, strings.Join(rep.Notes, "|"), "message id unusable")
 		}},
 		{name: "message_id with a newline", d: retryJSON(t, func(f map[string]any) { f["message_id"] = "a\nb" }), check: func(t *testing.T, rep message.FailureReport) {
 			assert.True(t, strings.HasPrefix(rep.Message.MessageID, "sha256-"))
 		}},
 		{name: "dead-lettered without message_id property", d: func() Delivery { d := deadLettered("orders", nil, []byte("b")); d.MessageID = ""; return d }(), check: func(t *testing.T, rep message.FailureReport) {
-			assert.Equal(t, workflows.FallbackMessageID("orders", []byte("b")), rep.Message.MessageID)
+			assert.Equal(t, message.FallbackMessageID("orders", []byte("b")), rep.Message.MessageID)
 		}},
 
 		// Base64 that is not.

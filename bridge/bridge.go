@@ -1,5 +1,5 @@
 // Package bridge consumes the ingress queue and hands each failed message to Temporal: it
-// decodes a delivery into a message.FailureReport, has a Starter report it (signal-with-start
+// decodes a delivery into a message.FailureReport, has a Reporter report it (signal-with-start
 // of the message's RetryWorkflow), and acks the delivery only once Temporal accepted it.
 // Deliveries it can never decode are dead-lettered with a confirm, then acked.
 //
@@ -28,10 +28,10 @@ import (
 	"retry-scheduler/message"
 )
 
-// Starter hands a report to Temporal. A nil error means Temporal durably accepted it (so the
+// Reporter hands a report to Temporal. A nil error means Temporal durably accepted it (so the
 // delivery may be acked); any other error means it may not have, and the delivery is requeued,
 // unless the error is Permanent.
-type Starter interface {
+type Reporter interface {
 	Report(ctx context.Context, r message.FailureReport) error
 }
 
@@ -41,13 +41,13 @@ type DeadLetterPublisher interface {
 	Publish(ctx context.Context, exchange, key string, mandatory bool, msg amqp.Publishing) error
 }
 
-// permanentError marks a Starter error that no retry can mend.
+// permanentError marks a Reporter error that no retry can mend.
 type permanentError struct{ err error }
 
 func (e *permanentError) Error() string { return e.err.Error() }
 func (e *permanentError) Unwrap() error { return e.err }
 
-// Permanent marks a Starter error as one that retrying cannot mend (Temporal rejected the
+// Permanent marks a Reporter error as one that retrying cannot mend (Temporal rejected the
 // report as invalid, say). The bridge dead-letters such a delivery as poison instead of
 // requeueing it, which would block the queue behind it for ever.
 func Permanent(err error) error {
@@ -63,13 +63,13 @@ func IsPermanent(err error) bool {
 	return errors.As(err, &p)
 }
 
-// unavailableError marks a Starter error that says Temporal as a whole cannot take work now.
+// unavailableError marks a Reporter error that says Temporal as a whole cannot take work now.
 type unavailableError struct{ err error }
 
 func (e *unavailableError) Error() string { return e.err.Error() }
 func (e *unavailableError) Unwrap() error { return e.err }
 
-// Unavailable marks a Starter error as Temporal's, not the message's (overloaded, rate
+// Unavailable marks a Reporter error as Temporal's, not the message's (overloaded, rate
 // limited): the bridge holds the delivery and probes, and does not count a try against the
 // message, whatever the Probe says.
 func Unavailable(err error) error {
@@ -183,7 +183,7 @@ func (c Config) withDefaults() Config {
 type Bridge struct {
 	cfg     Config
 	dial    func() (*amqp.Connection, error)
-	starter Starter
+	reporter Reporter
 	dlq     DeadLetterPublisher
 	log     *slog.Logger
 	metrics *Metrics
@@ -205,7 +205,7 @@ type Bridge struct {
 // New returns a Bridge. dial opens a connection (broker.Dial, with its timeouts); it should
 // not enable amqp091's automatic recovery, and if it does the bridge still treats the first
 // close as the end of that connection. A nil logger logs nowhere; nil metrics are not registered.
-func New(cfg Config, dial func() (*amqp.Connection, error), starter Starter, dlq DeadLetterPublisher, logger *slog.Logger, metrics *Metrics) *Bridge {
+func New(cfg Config, dial func() (*amqp.Connection, error), reporter Reporter, dlq DeadLetterPublisher, logger *slog.Logger, metrics *Metrics) *Bridge {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
@@ -215,7 +215,7 @@ func New(cfg Config, dial func() (*amqp.Connection, error), starter Starter, dlq
 	return &Bridge{
 		cfg:     cfg.withDefaults(),
 		dial:    dial,
-		starter: starter,
+		reporter: reporter,
 		dlq:     dlq,
 		log:     logger,
 		metrics: metrics,
@@ -659,7 +659,7 @@ func (s *session) process(e *entry) result {
 
 	for {
 		ctx, cancel := context.WithTimeout(s.ctx, b.cfg.ReportTimeout)
-		err = b.starter.Report(ctx, rep)
+		err = b.reporter.Report(ctx, rep)
 		cancel()
 		if err == nil {
 			break

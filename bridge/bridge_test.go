@@ -17,7 +17,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"retry-scheduler/message"
-	"retry-scheduler/workflows"
 )
 
 // fakeAck records how a delivery was settled.
@@ -46,14 +45,14 @@ func (a *fakeAck) Nack(_ uint64, _ bool, requeue bool) error {
 
 func (a *fakeAck) Reject(uint64, bool) error { panic("not used") }
 
-// fakeStarter returns err (if any) and records reports.
-type fakeStarter struct {
+// fakeReporter returns err (if any) and records reports.
+type fakeReporter struct {
 	mu      sync.Mutex
 	err     error
 	reports []message.FailureReport
 }
 
-func (s *fakeStarter) Report(_ context.Context, r message.FailureReport) error {
+func (s *fakeReporter) Report(_ context.Context, r message.FailureReport) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.err != nil {
@@ -86,10 +85,10 @@ func (p *fakePublisher) Publish(_ context.Context, exchange, key string, mandato
 }
 
 // testSession is a session of a bridge whose channel is current, without a broker.
-func testSession(t *testing.T, starter Starter, pub DeadLetterPublisher) (*session, *Metrics) {
+func testSession(t *testing.T, reporter Reporter, pub DeadLetterPublisher) (*session, *Metrics) {
 	t.Helper()
 	m := NewMetrics(prometheus.NewRegistry())
-	b := New(Config{Decode: testOptions(), ReportTimeout: time.Second}, nil, starter, pub, nil, m)
+	b := New(Config{Decode: testOptions(), ReportTimeout: time.Second}, nil, reporter, pub, nil, m)
 	b.gen = 1
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
@@ -113,7 +112,7 @@ func outcomes(m *Metrics, o string) float64 {
 }
 
 func TestProcessAccepted(t *testing.T) {
-	st := &fakeStarter{}
+	st := &fakeReporter{}
 	s, m := testSession(t, st, &fakePublisher{})
 	ack := &fakeAck{}
 
@@ -140,7 +139,7 @@ func TestProcessStarterFailsHolds(t *testing.T) {
 			if name == "temporal says too busy" {
 				err = Unavailable(err)
 			}
-			s, m := testSession(t, &fakeStarter{err: err}, &fakePublisher{})
+			s, m := testSession(t, &fakeReporter{err: err}, &fakePublisher{})
 			cfg(&s.b.cfg)
 			ack := &fakeAck{}
 			e := &entry{d: retryDelivery(t, ack)}
@@ -159,7 +158,7 @@ func TestProcessStarterFailsHolds(t *testing.T) {
 
 func TestProcessRefusedWhileTemporalAnswersIsPoisonAfterTries(t *testing.T) {
 	pub := &fakePublisher{}
-	st := &fakeStarter{err: errors.New("context deadline exceeded")}
+	st := &fakeReporter{err: errors.New("context deadline exceeded")}
 	s, m := testSession(t, st, pub)
 	s.b.cfg.Probe = func(context.Context) error { return nil }
 	s.b.cfg.ReportTries = 3
@@ -181,7 +180,7 @@ func TestProcessRefusedWhileTemporalAnswersIsPoisonAfterTries(t *testing.T) {
 }
 
 func TestProcessStrikesSurviveAHold(t *testing.T) {
-	st := &fakeStarter{err: errors.New("refused")}
+	st := &fakeReporter{err: errors.New("refused")}
 	s, _ := testSession(t, st, &fakePublisher{})
 	up := true
 	s.b.cfg.Probe = func(context.Context) error {
@@ -202,7 +201,7 @@ func TestProcessStrikesSurviveAHold(t *testing.T) {
 
 func TestProcessStarterPermanent(t *testing.T) {
 	pub := &fakePublisher{}
-	s, m := testSession(t, &fakeStarter{err: Permanent(errors.New("invalid argument"))}, pub)
+	s, m := testSession(t, &fakeReporter{err: Permanent(errors.New("invalid argument"))}, pub)
 	ack := &fakeAck{}
 
 	r := s.process(&entry{d: retryDelivery(t, ack)})
@@ -220,7 +219,7 @@ func TestProcessStarterPermanent(t *testing.T) {
 
 func TestProcessPoison(t *testing.T) {
 	pub := &fakePublisher{}
-	st := &fakeStarter{}
+	st := &fakeReporter{}
 	s, m := testSession(t, st, pub)
 	ack := &fakeAck{}
 	body := []byte(`{"original_queue":"orders","original_payload":"!!"}`)
@@ -280,7 +279,7 @@ func TestProcessPoison(t *testing.T) {
 
 func TestProcessOversize(t *testing.T) {
 	pub := &fakePublisher{}
-	s, m := testSession(t, &fakeStarter{}, pub)
+	s, m := testSession(t, &fakeReporter{}, pub)
 	s.b.cfg.Decode.MaxMessageBytes = 10
 	ack := &fakeAck{}
 	body := []byte("0123456789ABC")
@@ -301,7 +300,7 @@ func TestProcessOversize(t *testing.T) {
 
 func TestProcessOversizeIsParkedTruncated(t *testing.T) {
 	pub := &fakePublisher{}
-	st := &fakeStarter{}
+	st := &fakeReporter{}
 	s, _ := testSession(t, st, pub)
 	s.b.cfg.Decode.MaxMessageBytes = 1000
 	ack := &fakeAck{}
@@ -321,12 +320,12 @@ func TestProcessOversizeIsParkedTruncated(t *testing.T) {
 	assert.True(t, park.Poison.Truncated)
 	assert.Equal(t, len(body), park.Poison.Size)
 	assert.Len(t, park.Message.Payload, message.MaxPoisonPayloadBytes, "the workflow keeps at most 64 KiB")
-	assert.Equal(t, workflows.PoisonWorkflowID("retry.scheduled", "orders", "big-1"), env.WorkflowID)
+	assert.Equal(t, message.PoisonWorkflowID("retry.scheduled", "orders", "big-1"), env.WorkflowID)
 }
 
 func TestProcessPoisonHeldWhileTemporalIsDown(t *testing.T) {
 	pub := &fakePublisher{}
-	st := &fakeStarter{err: errors.New("connection refused")}
+	st := &fakeReporter{err: errors.New("connection refused")}
 	s, m := testSession(t, st, pub)
 	ack := &fakeAck{}
 	e := &entry{d: amqp.Delivery{Acknowledger: ack, ContentType: "text/plain", Body: []byte("junk")}}
@@ -352,7 +351,7 @@ func TestProcessPoisonHeldWhileTemporalIsDown(t *testing.T) {
 
 func TestProcessPoisonEnvelopeAloneWhenParkingFailsForGood(t *testing.T) {
 	pub := &fakePublisher{}
-	s, _ := testSession(t, &fakeStarter{err: errors.New("payload rejected")}, pub)
+	s, _ := testSession(t, &fakeReporter{err: errors.New("payload rejected")}, pub)
 	s.b.cfg.Probe = func(context.Context) error { return nil } // Temporal answers: the failure is the message's
 	ack := &fakeAck{}
 
@@ -364,7 +363,7 @@ func TestProcessPoisonEnvelopeAloneWhenParkingFailsForGood(t *testing.T) {
 }
 
 func TestProcessDeadLetterPublishFails(t *testing.T) {
-	s, m := testSession(t, &fakeStarter{}, &fakePublisher{err: errors.New("unroutable")})
+	s, m := testSession(t, &fakeReporter{}, &fakePublisher{err: errors.New("unroutable")})
 	ack := &fakeAck{}
 
 	r := s.process(&entry{d: amqp.Delivery{Acknowledger: ack, ContentType: "text/plain", Body: []byte("junk")}})
@@ -375,7 +374,7 @@ func TestProcessDeadLetterPublishFails(t *testing.T) {
 }
 
 func TestProcessStaleGeneration(t *testing.T) {
-	st := &fakeStarter{}
+	st := &fakeReporter{}
 	s, m := testSession(t, st, &fakePublisher{})
 	ack := &fakeAck{}
 	// A newer channel exists: this session's delivery tags mean other messages there.
@@ -391,7 +390,7 @@ func TestProcessStaleGeneration(t *testing.T) {
 }
 
 func TestRetireStopsAcks(t *testing.T) {
-	s, _ := testSession(t, &fakeStarter{}, &fakePublisher{})
+	s, _ := testSession(t, &fakeReporter{}, &fakePublisher{})
 	ack := &fakeAck{}
 	s.retire()
 	assert.False(t, s.settle(amqp.Delivery{Acknowledger: ack}, true))
@@ -400,7 +399,7 @@ func TestRetireStopsAcks(t *testing.T) {
 }
 
 func TestSettleChannelRefuses(t *testing.T) {
-	s, _ := testSession(t, &fakeStarter{}, &fakePublisher{})
+	s, _ := testSession(t, &fakeReporter{}, &fakePublisher{})
 	ack := &fakeAck{err: amqp.ErrClosed}
 	r := s.process(&entry{d: retryDelivery(t, ack)})
 	assert.Equal(t, OutcomeDroppedStale, r.outcome)

@@ -11,7 +11,6 @@ import (
 
 	"retry-scheduler/message"
 	"retry-scheduler/policy"
-	"retry-scheduler/workflows"
 )
 
 // Sources of a FailureReport (FailureReport.Source).
@@ -249,9 +248,9 @@ func setErrorDetail(rep *message.FailureReport, errorType, stackTrace string) []
 // finish resolves the policy and fills what both forms share.
 func finish(rep message.FailureReport, policyName, rawID string, opts DecodeOptions) message.FailureReport {
 	m := &rep.Message
-	m.MessageID = workflows.MessageIDOrFallback(rawID, m.OriginalQueue, m.Payload)
+	m.MessageID = message.MessageIDOrFallback(rawID, m.OriginalQueue, m.Payload)
 	if rawID != "" && m.MessageID != rawID {
-		rep.Notes = append(rep.Notes, fmt.Sprintf("message id unusable (empty, over %d bytes or with control characters); using fallback %s", workflows.MaxMessageIDLen, m.MessageID))
+		rep.Notes = append(rep.Notes, fmt.Sprintf("message id unusable (empty, over %d bytes or with control characters); using fallback %s", message.MaxMessageIDLen, m.MessageID))
 	} else if rawID == "" {
 		rep.Notes = append(rep.Notes, "message has no id; using fallback "+m.MessageID)
 	}

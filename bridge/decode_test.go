@@ -16,7 +16,6 @@ import (
 
 	"retry-scheduler/message"
 	"retry-scheduler/policy"
-	"retry-scheduler/workflows"
 )
 
 var testNow = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
@@ -168,12 +167,12 @@ func TestDecodeJSONVariants(t *testing.T) {
 		delete(f, "message_id")
 		rep, err := decodeJSONFields(t, f)
 		require.NoError(t, err)
-		assert.Equal(t, workflows.FallbackMessageID("orders", []byte(`{"order":42}`)), rep.Message.MessageID)
+		assert.Equal(t, message.FallbackMessageID("orders", []byte(`{"order":42}`)), rep.Message.MessageID)
 		assert.Len(t, rep.Notes, 1)
 	})
 	t.Run("oversized message_id gets the fallback", func(t *testing.T) {
 		f := validRetryMessage()
-		f["message_id"] = strings.Repeat("x", workflows.MaxMessageIDLen+1)
+		f["message_id"] = strings.Repeat("x", message.MaxMessageIDLen+1)
 		rep, err := decodeJSONFields(t, f)
 		require.NoError(t, err)
 		assert.True(t, strings.HasPrefix(rep.Message.MessageID, "sha256-"))
@@ -416,7 +415,7 @@ func TestDecodeProtobuf(t *testing.T) {
 	t.Run("no id gets the fallback", func(t *testing.T) {
 		rep, err := decodeProto(protoMessage{queue: "orders", payload: []byte("x")}.encode())
 		require.NoError(t, err)
-		assert.Equal(t, workflows.FallbackMessageID("orders", []byte("x")), rep.Message.MessageID)
+		assert.Equal(t, message.FallbackMessageID("orders", []byte("x")), rep.Message.MessageID)
 	})
 	t.Run("id that is not UTF-8 gets the fallback", func(t *testing.T) {
 		rep, err := decodeProto(protoMessage{id: "\xff\xfe", queue: "orders"}.encode())
@@ -574,7 +573,7 @@ func TestDecodeXDeathVariants(t *testing.T) {
 		assert.Equal(t, "", rep.Message.OriginalRoutingKey)
 		assert.Equal(t, 0, rep.RetryCount)
 		assert.Equal(t, "dead-lettered from queue orders (rejected)", rep.Failure.Reason)
-		assert.Equal(t, workflows.FallbackMessageID("orders", []byte("b")), rep.Message.MessageID)
+		assert.Equal(t, message.FallbackMessageID("orders", []byte("b")), rep.Message.MessageID)
 		assert.Nil(t, rep.Message.Headers)
 	})
 	t.Run("retry-after forms", func(t *testing.T) {

@@ -11,7 +11,6 @@ import (
 
 	"retry-scheduler/message"
 	"retry-scheduler/policy"
-	"retry-scheduler/workflows"
 )
 
 // serviceName names the bridge in the metadata of the envelopes it writes itself, unless
@@ -27,7 +26,7 @@ func poisonEnvelope(d amqp.Delivery, pe *PoisonError, opts DecodeOptions, now ti
 	if body == nil {
 		body = []byte{}
 	}
-	id := workflows.MessageIDOrFallback(pe.MessageID, pe.OriginalQueue, body)
+	id := message.MessageIDOrFallback(pe.MessageID, pe.OriginalQueue, body)
 
 	h := sha256.New()
 	fmt.Fprintf(h, "%s\x00%s\x00%s\x00", pe.Kind, pe.OriginalQueue, id)

@@ -111,7 +111,7 @@ type fixture struct {
 	connName string
 	admin    *amqp.Connection
 	ch       *amqp.Channel
-	starter  *recordingStarter
+	reporter  *recordingStarter
 	bridge   *Bridge
 	metrics  *Metrics
 
@@ -129,7 +129,7 @@ func newFixture(t *testing.T, cfg Config) *fixture {
 		ingress:  "bridge-it-" + t.Name() + "-" + suffix,
 		dlq:      "bridge-it-" + t.Name() + "-dlq-" + suffix,
 		connName: "bridge-it-" + suffix,
-		starter:  newRecordingStarter(),
+		reporter:  newRecordingStarter(),
 	}
 	var err error
 	f.admin, err = amqp.Dial(amqpURL())
@@ -166,7 +166,7 @@ func newFixture(t *testing.T, cfg Config) *fixture {
 	}
 	f.metrics = NewMetrics(prometheus.NewRegistry())
 	logger := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	f.bridge = New(cfg, f.dial, f.starter, pub, logger, f.metrics)
+	f.bridge = New(cfg, f.dial, f.reporter, pub, logger, f.metrics)
 	return f
 }
 
@@ -268,7 +268,7 @@ func (f *fixture) messages(queue string) int {
 func (f *fixture) waitCall(timeout time.Duration) string {
 	f.t.Helper()
 	select {
-	case id := <-f.starter.calls:
+	case id := <-f.reporter.calls:
 		return id
 	case <-time.After(timeout):
 		f.t.Fatal("timed out waiting for a Report")
@@ -286,7 +286,7 @@ func TestIntegrationAcceptedAckedOnce(t *testing.T) {
 
 	f.stop()
 	assert.Equal(t, 0, f.messages(f.ingress), "acked, so nothing was requeued by the channel close")
-	assert.Equal(t, 1, f.starter.count("acc-1"))
+	assert.Equal(t, 1, f.reporter.count("acc-1"))
 	assert.Equal(t, 1.0, counterValue(f.metrics.scheduled.WithLabelValues("orders")))
 	assert.False(t, f.bridge.Ready())
 }
@@ -295,7 +295,7 @@ func TestIntegrationAcceptedAckedOnce(t *testing.T) {
 // returned twice, requeueing (the bridge before holding) lost every message of an outage.
 func TestIntegrationTemporalDownHoldsWithoutSpendingDeliveries(t *testing.T) {
 	f := newFixture(t, Config{Prefetch: 3, IngressArgs: amqp.Table{"x-queue-type": "quorum", "x-delivery-limit": 1}})
-	f.starter.failing.Store(true)
+	f.reporter.failing.Store(true)
 	f.start()
 
 	const n = 6 // more than the prefetch: some held, the rest ready in the queue
@@ -313,7 +313,7 @@ func TestIntegrationTemporalDownHoldsWithoutSpendingDeliveries(t *testing.T) {
 loop:
 	for {
 		select {
-		case <-f.starter.calls:
+		case <-f.reporter.calls:
 			tries++
 		case <-window:
 			break loop
@@ -322,14 +322,14 @@ loop:
 	assert.LessOrEqual(t, tries, 3+8, "Report attempts while Temporal is down")
 	assert.Equal(t, 0.0, outcomes(f.metrics, OutcomeRequeued), "nothing returned to the queue")
 
-	f.starter.failing.Store(false)
+	f.reporter.failing.Store(false)
 	for i := range n {
 		id := fmt.Sprintf("fail-%d", i)
-		f.eventually(id+" accepted after recovery", 30*time.Second, func() bool { return f.starter.count(id) == 1 })
+		f.eventually(id+" accepted after recovery", 30*time.Second, func() bool { return f.reporter.count(id) == 1 })
 	}
 	f.eventually("bridge consuming again", 10*time.Second, f.bridge.Ready)
 	f.publishRetry("after-1")
-	f.eventually("next message accepted", 10*time.Second, func() bool { return f.starter.count("after-1") == 1 })
+	f.eventually("next message accepted", 10*time.Second, func() bool { return f.reporter.count("after-1") == 1 })
 
 	f.stop()
 	assert.Equal(t, 0, f.messages(f.ingress))
@@ -341,7 +341,7 @@ loop:
 // ReportTries times, then dead-lettered as poison, and the messages behind it flow meanwhile.
 func TestIntegrationRefusedMessageDoesNotStallTheQueue(t *testing.T) {
 	f := newFixture(t, Config{ReportTimeout: 2 * time.Second, Probe: func(context.Context) error { return nil }})
-	f.starter.refused = "refused-1"
+	f.reporter.refused = "refused-1"
 	f.start()
 
 	f.publishRetry("refused-1")
@@ -385,7 +385,7 @@ func TestIntegrationPoisonAndOversize(t *testing.T) {
 		Body: big,
 	})
 	f.publishRetry("good-1")
-	f.eventually("good message accepted", 10*time.Second, func() bool { return f.starter.count("good-1") == 1 })
+	f.eventually("good message accepted", 10*time.Second, func() bool { return f.reporter.count("good-1") == 1 })
 	f.eventually("both dead-lettered", 10*time.Second, func() bool {
 		return outcomes(f.metrics, OutcomePoison) == 1 && outcomes(f.metrics, OutcomeOversize) == 1
 	})
@@ -418,7 +418,7 @@ func TestIntegrationPoisonAndOversize(t *testing.T) {
 func TestIntegrationDeadLetterPublishFailsHolds(t *testing.T) {
 	f := newFixture(t, Config{})
 	// A dead-letter queue that cannot take the envelope must not cost the poison message.
-	f.bridge = New(f.bridge.cfg, f.dial, f.starter, failingPublisher{}, nil, f.metrics)
+	f.bridge = New(f.bridge.cfg, f.dial, f.reporter, failingPublisher{}, nil, f.metrics)
 	f.start()
 
 	f.publish(f.ingress, amqp.Publishing{ContentType: "text/plain", Body: []byte("junk")})
@@ -434,11 +434,11 @@ func TestIntegrationDeadLetterPublishFailsHolds(t *testing.T) {
 
 func TestIntegrationShutdownLetsInFlightFinish(t *testing.T) {
 	f := newFixture(t, Config{ReportTimeout: 10 * time.Second})
-	f.starter.gate = make(chan struct{})
+	f.reporter.gate = make(chan struct{})
 	f.start()
 
 	f.publishRetry("inflight-1")
-	f.eventually("report in flight", 10*time.Second, func() bool { return f.starter.started.Load() == 1 })
+	f.eventually("report in flight", 10*time.Second, func() bool { return f.reporter.started.Load() == 1 })
 	stopped := make(chan struct{})
 	go func() {
 		defer close(stopped)
@@ -450,10 +450,10 @@ func TestIntegrationShutdownLetsInFlightFinish(t *testing.T) {
 		t.Fatal("Run returned with a report in flight")
 	case <-time.After(100 * time.Millisecond):
 	}
-	close(f.starter.gate)
+	close(f.reporter.gate)
 	<-stopped
 
-	assert.Equal(t, 1, f.starter.count("inflight-1"))
+	assert.Equal(t, 1, f.reporter.count("inflight-1"))
 	assert.Equal(t, 1.0, outcomes(f.metrics, OutcomeAccepted))
 	assert.Equal(t, 0, f.messages(f.ingress), "acked before the channel closed")
 }
@@ -484,9 +484,9 @@ func testConnectionClosedMidStream(t *testing.T, recovery bool) {
 	}
 	// Reports stall after 150 until the connection is gone: the close lands with handlers in
 	// flight and deliveries prefetched, the case where an ack on the wrong channel would bite.
-	f.starter.delay = time.Millisecond
-	f.starter.gateAfter = 150
-	f.starter.gate = make(chan struct{})
+	f.reporter.delay = time.Millisecond
+	f.reporter.gateAfter = 150
+	f.reporter.gate = make(chan struct{})
 	f.start()
 
 	const n = 500
@@ -518,17 +518,17 @@ func testConnectionClosedMidStream(t *testing.T, recovery bool) {
 		}
 	}()
 
-	f.eventually("stream under way", 20*time.Second, func() bool { return f.starter.started.Load() >= 150+8 })
+	f.eventually("stream under way", 20*time.Second, func() bool { return f.reporter.started.Load() >= 150+8 })
 	closed := f.closeBridgeConnections()
 	require.Positive(t, closed, "closed the bridge's connection")
 	f.eventually("in-flight deliveries of the closed channel dropped", 10*time.Second, func() bool {
 		return outcomes(f.metrics, OutcomeDroppedStale) >= 1
 	})
-	close(f.starter.gate)
+	close(f.reporter.gate)
 
 	allReported := func() bool {
 		for _, id := range ids {
-			if f.starter.count(id) == 0 {
+			if f.reporter.count(id) == 0 {
 				return false
 			}
 		}

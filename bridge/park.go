@@ -7,7 +7,6 @@ import (
 
 	"retry-scheduler/message"
 	"retry-scheduler/policy"
-	"retry-scheduler/workflows"
 )
 
 // maxParkedHeaderBytes bounds the headers of a poison delivery kept in its parked workflow;
@@ -68,7 +67,7 @@ func parkReport(env message.Envelope, pe *PoisonError, ingress, deadLetterQueue 
 func (s *session) park(e *entry, rep message.FailureReport, log *slog.Logger) (held bool, err error) {
 	b := s.b
 	ctx, cancel := context.WithTimeout(s.ctx, b.cfg.ReportTimeout)
-	err = b.starter.Report(ctx, rep)
+	err = b.reporter.Report(ctx, rep)
 	cancel()
 	if err == nil {
 		return false, nil
@@ -86,5 +85,5 @@ func (s *session) park(e *entry, rep message.FailureReport, log *slog.Logger) (h
 
 // parkedWorkflowID is the workflow a poison delivery is parked in.
 func parkedWorkflowID(env message.Envelope, pe *PoisonError, ingress string) string {
-	return workflows.PoisonWorkflowID(ingress, parkQueue(pe, ingress), env.MessageID)
+	return message.PoisonWorkflowID(ingress, parkQueue(pe, ingress), env.MessageID)
 }

@@ -115,7 +115,7 @@ func TestDecodeEventTypeOverKeywordLimitIsPoison(t *testing.T) {
 }
 
 func TestProcessDeadLetterPublishFailsIsCounted(t *testing.T) {
-	s, m := testSession(t, &fakeStarter{}, &fakePublisher{err: errors.New("nacked")})
+	s, m := testSession(t, &fakeReporter{}, &fakePublisher{err: errors.New("nacked")})
 	s.process(&entry{d: amqp.Delivery{Acknowledger: &fakeAck{}, ContentType: "text/plain", Body: []byte("junk")}})
 	s.process(&entry{d: amqp.Delivery{Acknowledger: &fakeAck{}, ContentType: "text/plain", Body: []byte("junk")}})
 	assert.Equal(t, 2.0, counterValue(m.dlqFailures.WithLabelValues("manual-review.pending")))
@@ -123,7 +123,7 @@ func TestProcessDeadLetterPublishFailsIsCounted(t *testing.T) {
 
 func TestPoisonEnvelopeNamesTheScheduler(t *testing.T) {
 	pub := &fakePublisher{}
-	s, _ := testSession(t, &fakeStarter{}, pub)
+	s, _ := testSession(t, &fakeReporter{}, pub)
 	s.b.cfg.ServiceName, s.b.cfg.ServiceVersion = "rs-eu", "1.2.3"
 	s.process(&entry{d: amqp.Delivery{Acknowledger: &fakeAck{}, ContentType: "text/plain", Type: "order.created", Body: []byte("junk")}})
 	require.Len(t, pub.msgs, 1)
@@ -138,7 +138,7 @@ func TestPoisonEnvelopeNamesTheScheduler(t *testing.T) {
 
 func TestLogLinesCarryCorrelationID(t *testing.T) {
 	var buf bytes.Buffer
-	s, _ := testSession(t, &fakeStarter{}, &fakePublisher{})
+	s, _ := testSession(t, &fakeReporter{}, &fakePublisher{})
 	s.b.log = slog.New(slog.NewJSONHandler(&buf, nil))
 	f := validRetryMessage()
 	f["correlation_id"] = "corr-9"

@@ -175,11 +175,11 @@ func TestBadInputCatalogueThroughTheBroker(t *testing.T) {
 	})
 	t.Run("missing message_id: the documented fallback", func(t *testing.T) {
 		d := got["no id"]
-		assert.Equal(t, workflows.FallbackMessageID(orders, []byte("no id")), d.MessageId)
+		assert.Equal(t, message.FallbackMessageID(orders, []byte("no id")), d.MessageId)
 	})
 	t.Run("huge message_id: the documented fallback", func(t *testing.T) {
 		d := got["huge id"]
-		assert.Equal(t, workflows.FallbackMessageID(orders, []byte("huge id")), d.MessageId)
+		assert.Equal(t, message.FallbackMessageID(orders, []byte("huge id")), d.MessageId)
 	})
 	t.Run("8,000 small headers travel", func(t *testing.T) {
 		d := got["payload of ok-8k"]
@@ -188,7 +188,7 @@ func TestBadInputCatalogueThroughTheBroker(t *testing.T) {
 	t.Run("headers nested 40 deep: cut to what a consumer reads, with a note", func(t *testing.T) {
 		d := got["payload of ok-de"]
 		assert.Contains(t, d.Headers, "deep")
-		st, err := s.state(workflows.WorkflowID(orders, "ok-deep"))
+		st, err := s.state(message.WorkflowID(orders, "ok-deep"))
 		require.NoError(t, err)
 		assert.Contains(t, eventDetails(st), "nested deeper than 31 levels")
 	})
@@ -196,18 +196,18 @@ func TestBadInputCatalogueThroughTheBroker(t *testing.T) {
 		d := got["decimal header"]
 		assert.Equal(t, "yes", d.Headers["x-kept"])
 		assert.NotContains(t, d.Headers, "x-price")
-		st, err := s.state(workflows.WorkflowID(svc, "ok-decimal"))
+		st, err := s.state(message.WorkflowID(svc, "ok-decimal"))
 		require.NoError(t, err)
 		assert.Contains(t, eventDetails(st), "header x-price: dropped a value of unsupported type")
 	})
 	t.Run("unknown policy: routed policy and a note", func(t *testing.T) {
-		st, err := s.state(workflows.WorkflowID(orders, "ok-policy"))
+		st, err := s.state(message.WorkflowID(orders, "ok-policy"))
 		require.NoError(t, err)
 		assert.Equal(t, "e2e-fast", st.Policy.Name)
 		assert.Contains(t, eventDetails(st), `unknown policy "no-such-policy"`)
 	})
 	t.Run("unknown category: classified", func(t *testing.T) {
-		st, err := s.state(workflows.WorkflowID(orders, "ok-category"))
+		st, err := s.state(message.WorkflowID(orders, "ok-category"))
 		require.NoError(t, err)
 		assert.Equal(t, "transient", st.Category, "classified from http_status 503")
 	})

@@ -252,7 +252,7 @@ func TestOpsBrowserSeed003Views(t *testing.T) {
 	sch := []string{s.typed(q, "s1", "transient", "email"), s.typed(q, "s2", "transient", "email")}
 	s.publishRetry(message.RetryMessage{MessageID: "ok", OriginalPayload: []byte("p"), OriginalQueue: other,
 		ErrorReason: "503", EventType: "order.created"})
-	delivered := workflows.WorkflowID(other, "ok")
+	delivered := message.WorkflowID(other, "ok")
 
 	p.do(
 		chromedp.Navigate(api.base+"/"),

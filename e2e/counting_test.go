@@ -51,7 +51,7 @@ func TestSocketHangUpTextGetsMaxRetries(t *testing.T) {
 	s.publishRetry(message.RetryMessage{MessageID: "hangup-1", OriginalPayload: []byte("p"), OriginalQueue: orders,
 		ErrorReason: reason, MaxRetries: 3})
 	env := envelopeOf(t, dead.next(t, 60*time.Second))
-	id := workflows.WorkflowID(orders, "hangup-1")
+	id := message.WorkflowID(orders, "hangup-1")
 	s.recordHistory(id, "socket-code-in-reason")
 	require.NoError(t, reportErr())
 
@@ -82,7 +82,7 @@ func TestXDeathWithoutErrorHeadersGetsDefaultsRetries(t *testing.T) {
 	s.publishRaw(payments, amqp.Publishing{MessageId: "adopt-1", ContentType: "text/plain", Type: "payment.requested",
 		Body: []byte("charge 10 EUR")})
 	env := envelopeOf(t, dead.next(t, 60*time.Second))
-	id := workflows.WorkflowID(payments, "adopt-1")
+	id := message.WorkflowID(payments, "adopt-1")
 	s.recordHistory(id, "xdeath-unknown-under-default")
 
 	got := c.all()
@@ -134,7 +134,7 @@ func TestRetryFromDeadAfterTheWindowIsScheduled(t *testing.T) {
 	first := envelopeOf(t, dead.next(t, 30*time.Second))
 	require.Equal(t, "non-retryable", first.DeadReason)
 	require.Equal(t, "aggressive", first.Policy)
-	id := workflows.WorkflowID(orders, "window-1")
+	id := message.WorkflowID(orders, "window-1")
 
 	// Past aggressive's 15 s window since the first failure, the operator retries.
 	time.Sleep(time.Until(first.FirstFailureAt.Add(15*time.Second + 500*time.Millisecond)))

@@ -48,7 +48,7 @@ func TestRetryMessageIsRepublishedAfterDelay(t *testing.T) {
 	require.Equal(t, "abc", d.Headers["x-trace"])
 	require.Equal(t, amqp.Persistent, d.DeliveryMode)
 
-	id := workflows.WorkflowID(orders, "m-1")
+	id := message.WorkflowID(orders, "m-1")
 	require.Equal(t, workflows.StatusDelivered, s.workflowResult(id, 30*time.Second).Status)
 	s.recordHistory(id, "delivered-start-delay")
 }
@@ -87,7 +87,7 @@ func TestFailingConsumerExhaustsThenDeadLetters(t *testing.T) {
 	}
 	require.Equal(t, []byte("p"), env.OriginalMessage.Payload)
 
-	id := workflows.WorkflowID(orders, "m-2")
+	id := message.WorkflowID(orders, "m-2")
 	st, err := s.state(id)
 	require.NoError(t, err)
 	require.Equal(t, workflows.StatusDead, st.Status)
@@ -142,7 +142,7 @@ func TestDuplicateReportRepublishesOnce(t *testing.T) {
 	s.publishRetry(m)
 	s.publishRetry(m)
 
-	id := workflows.WorkflowID(orders, "m-4")
+	id := message.WorkflowID(orders, "m-4")
 	r := s.workflowResult(id, 30*time.Second)
 	require.Equal(t, workflows.StatusDelivered, r.Status)
 	require.Len(t, c.all(), 1, "one republish for a report delivered twice")
@@ -190,7 +190,7 @@ func TestWorkerKilledWhileRetryWaits(t *testing.T) {
 
 	w1 := s.startWorker(t, bin)
 	s.publishRetry(message.RetryMessage{MessageID: "m-6", OriginalPayload: []byte("durable"), OriginalQueue: orders, ErrorReason: "503"})
-	id := workflows.WorkflowID(orders, "m-6")
+	id := message.WorkflowID(orders, "m-6")
 	// The 4 s first delay is waited as the workflow's start delay (START_DELAY_MAX): the
 	// search attributes say scheduled from the start; the run has no task before it ends.
 	eventually(t, 20*time.Second, func() error {
@@ -306,7 +306,7 @@ func TestLateReportNewRunKeepsTheWholeStory(t *testing.T) {
 	dead := s.consume(s.dlq, nil)
 
 	s.publishRetry(message.RetryMessage{MessageID: "late-1", OriginalPayload: []byte("x"), OriginalQueue: orders, ErrorReason: "fail #1", HTTPStatus: 503})
-	id := workflows.WorkflowID(orders, "late-1")
+	id := message.WorkflowID(orders, "late-1")
 	require.Equal(t, workflows.StatusDelivered, s.workflowResult(id, 30*time.Second).Status)
 	c.next(t, 5*time.Second)
 

@@ -81,11 +81,11 @@ func TestMetricsAfterScriptedRun(t *testing.T) {
 		reasons[envelopeOf(t, dead.next(t, 60*time.Second)).DeadReason] = true
 	}
 	require.Equal(t, map[string]bool{"exhausted": true, "poison": true}, reasons)
-	for _, id := range []string{workflows.WorkflowID(orders, "ok-1"), workflows.WorkflowID(orders, "ok-2"),
-		workflows.WorkflowID(orders, "ok-3"), workflows.WorkflowID(slow, "slow-1")} {
+	for _, id := range []string{message.WorkflowID(orders, "ok-1"), message.WorkflowID(orders, "ok-2"),
+		message.WorkflowID(orders, "ok-3"), message.WorkflowID(slow, "slow-1")} {
 		require.Equal(t, workflows.StatusDelivered, s.workflowResult(id, 60*time.Second).Status, id)
 	}
-	exID := workflows.WorkflowID(orders, "ex-1")
+	exID := message.WorkflowID(orders, "ex-1")
 	st, err := s.state(exID)
 	require.NoError(t, err)
 	require.Equal(t, workflows.StatusDead, st.Status)
@@ -94,7 +94,7 @@ func TestMetricsAfterScriptedRun(t *testing.T) {
 	var poison workflows.State
 	eventually(t, 30*time.Second, func() error {
 		var err error
-		poison, err = s.state(workflows.WorkflowID(s.ingress, "poison-1"))
+		poison, err = s.state(message.WorkflowID(s.ingress, "poison-1"))
 		return err
 	})
 	require.Equal(t, workflows.StatusDead, poison.Status)

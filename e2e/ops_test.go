@@ -118,7 +118,7 @@ func (s *stack) dead(queue, tenant string, ids ...string) []string {
 	for _, id := range ids {
 		s.publishRetry(message.RetryMessage{MessageID: id, OriginalPayload: []byte("p-" + id), OriginalQueue: queue,
 			ErrorReason: "schema mismatch in " + id, ErrorCategory: "permanent", TenantID: tenant})
-		wids = append(wids, workflows.WorkflowID(queue, id))
+		wids = append(wids, message.WorkflowID(queue, id))
 	}
 	return wids
 }
@@ -130,7 +130,7 @@ func (s *stack) scheduled(queue string, ids ...string) []string {
 	for _, id := range ids {
 		s.publishRetry(message.RetryMessage{MessageID: id, OriginalPayload: []byte("p-" + id), OriginalQueue: queue,
 			ErrorReason: "503 from smtp", ErrorCategory: "transient", Policy: "email"})
-		wids = append(wids, workflows.WorkflowID(queue, id))
+		wids = append(wids, message.WorkflowID(queue, id))
 	}
 	return wids
 }
@@ -152,7 +152,7 @@ func TestOpsAPI(t *testing.T) {
 	weird := s.dead(weirdQ, "", "w1")
 	// Delivered after the fast policy's 300 ms delay and 2 s quiet window.
 	s.publishRetry(message.RetryMessage{MessageID: "ok", OriginalPayload: []byte("p"), OriginalQueue: other, ErrorReason: "503"})
-	delivered := workflows.WorkflowID(other, "ok")
+	delivered := message.WorkflowID(other, "ok")
 
 	deadPath := "/api/dead-letters?queue=" + url.QueryEscape(q)
 	queuePath := "/api/retry-queue?queue=" + url.QueryEscape(q)
@@ -239,8 +239,8 @@ func TestOpsAPI(t *testing.T) {
 			{acmeToken, "POST", msgPath(globex) + "/retry", nil, 403, "another tenant"},
 			{acmeToken, "GET", msgPath(globex), nil, 403, "another tenant"},
 			{acmeToken, "GET", "/api/dead-letters?tenant=globex", nil, 403, "scoped to tenant"},
-			{opToken, "POST", msgPath(workflows.WorkflowID(q, "nope")) + "/retry", nil, 404, "no message"},
-			{viewerToken, "GET", msgPath(workflows.WorkflowID(q, "nope")), nil, 404, "no message"},
+			{opToken, "POST", msgPath(message.WorkflowID(q, "nope")) + "/retry", nil, 404, "no message"},
+			{viewerToken, "GET", msgPath(message.WorkflowID(q, "nope")), nil, 404, "no message"},
 			{opToken, "POST", msgPath(sch[0]) + "/resolve", nil, 409, "is scheduled"},
 			{opToken, "POST", msgPath(d[5]) + "/skip", nil, 409, "is dead"},
 			{opToken, "POST", msgPath(d[5]) + "/retry", "{not json", 400, "not the JSON"},
@@ -320,12 +320,12 @@ func TestOpsAPI(t *testing.T) {
 
 	t.Run("BulkRetry", func(t *testing.T) {
 		out := api.must(200, opToken, "POST", "/api/retry-queue/bulk-retry", map[string]any{
-			"ids": []string{sch[1], sch[2], d[4], workflows.WorkflowID(q, "nope")}, "reason": "smtp back"})
+			"ids": []string{sch[1], sch[2], d[4], message.WorkflowID(q, "nope")}, "reason": "smtp back"})
 		assert.EqualValues(t, 2, out["succeeded"])
 		assert.EqualValues(t, 2, out["failed"])
 		errs := out["errors"].(map[string]any)
 		assert.Contains(t, errs[d[4]], "is dead, not scheduled")
-		assert.Contains(t, errs[workflows.WorkflowID(q, "nope")], "no message")
+		assert.Contains(t, errs[message.WorkflowID(q, "nope")], "no message")
 
 		out = api.must(200, opToken, "POST", "/api/dead-letters/bulk-retry", map[string]any{"ids": []string{d[4], sch[1]}})
 		assert.EqualValues(t, 1, out["succeeded"])
@@ -374,7 +374,7 @@ func TestOpsAPIShowsARetryInItsStartDelay(t *testing.T) {
 	sent := time.Now()
 	s.publishRetry(message.RetryMessage{MessageID: "w-1", OriginalPayload: []byte("p"), OriginalQueue: q,
 		ErrorReason: "503 from payments", HTTPStatus: 503, ErrorCategory: "transient"})
-	id := workflows.WorkflowID(q, "w-1")
+	id := message.WorkflowID(q, "w-1")
 
 	out := api.waitTotal(viewerToken, "/api/retry-queue?queue="+url.QueryEscape(q), 1)
 	require.Less(t, time.Since(sent), 8*time.Second, "listed within the delay")
@@ -419,7 +419,7 @@ func (s *stack) typed(queue, id, category, pol string) string {
 	s.t.Helper()
 	s.publishRetry(message.RetryMessage{MessageID: id, OriginalPayload: []byte("p-" + id), OriginalQueue: queue,
 		ErrorReason: "schema mismatch in " + id, ErrorCategory: category, Policy: pol, EventType: "order.created"})
-	return workflows.WorkflowID(queue, id)
+	return message.WorkflowID(queue, id)
 }
 
 func rowOf(t *testing.T, out map[string]any, id string) map[string]any {
@@ -450,7 +450,7 @@ func TestOpsAPISeed003Views(t *testing.T) {
 	// Delivered after the fast policy's 300 ms delay and 2 s quiet window: nobody fails it again.
 	s.publishRetry(message.RetryMessage{MessageID: "ok", OriginalPayload: []byte("p"), OriginalQueue: other,
 		ErrorReason: "503", EventType: "order.created"})
-	delivered := workflows.WorkflowID(other, "ok")
+	delivered := message.WorkflowID(other, "ok")
 
 	deadPath := "/api/dead-letters?queue=" + url.QueryEscape(q)
 	queuePath := "/api/retry-queue?queue=" + url.QueryEscape(q)

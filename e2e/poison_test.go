@@ -34,7 +34,7 @@ func TestPoisonAndOversizeAreParkedAndOperable(t *testing.T) {
 	big := bytes.Repeat([]byte("a"), 70000) // over the stack's 65536-byte limit
 	s.publishRaw(s.ingress, amqp.Publishing{ContentType: "application/json", MessageId: "big-1", Body: big})
 
-	bad1, bad2, big1 := workflows.WorkflowID(s.ingress, "bad-1"), workflows.WorkflowID(s.ingress, "bad-2"), workflows.WorkflowID(s.ingress, "big-1")
+	bad1, bad2, big1 := message.WorkflowID(s.ingress, "bad-1"), message.WorkflowID(s.ingress, "bad-2"), message.WorkflowID(s.ingress, "big-1")
 	envs := map[string]message.Envelope{}
 	for i := 0; i < 3; i++ {
 		e := envelopeOf(t, dlq.next(t, 20*time.Second))
@@ -151,7 +151,7 @@ func TestPoisonWhileTemporalIsDownIsHeldThenParked(t *testing.T) {
 	require.NoError(t, srv.Kill())
 	s.publishRaw(s.ingress, amqp.Publishing{ContentType: "text/plain", MessageId: "bad-down", Body: []byte("not json")})
 	env := envelopeOf(t, dlq.next(t, 20*time.Second))
-	id := workflows.WorkflowID(s.ingress, "bad-down")
+	id := message.WorkflowID(s.ingress, "bad-down")
 	require.Equal(t, id, env.WorkflowID)
 	time.Sleep(3 * time.Second) // the bridge holds the delivery and probes
 

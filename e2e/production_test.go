@@ -44,7 +44,7 @@ func TestLongIDsOnALongQueueName(t *testing.T) {
 	body, err := json.Marshal(message.RetryMessage{MessageID: id256, OriginalPayload: p256, OriginalQueue: orders, ErrorReason: "timeout #1", ErrorCode: "ETIMEDOUT"})
 	require.NoError(t, err)
 	s.publishRaw(s.ingress, amqp.Publishing{ContentType: "application/json", Body: body})
-	fallback := workflows.FallbackMessageID(orders, p256)
+	fallback := message.FallbackMessageID(orders, p256)
 
 	envs := map[string]message.Envelope{}
 	for range 2 {
@@ -71,8 +71,8 @@ func TestLongIDsOnALongQueueName(t *testing.T) {
 			assert.Equal(t, fmt.Sprintf("%s:%d", id, i+1), d.Headers["x-retry-key"])
 		}
 
-		wid := workflows.WorkflowID(orders, id)
-		assert.LessOrEqual(t, len(wid), workflows.MaxWorkflowIDLen)
+		wid := message.WorkflowID(orders, id)
+		assert.LessOrEqual(t, len(wid), message.MaxWorkflowIDLen)
 		assert.True(t, strings.HasPrefix(wid, "retry/sha256-"), wid)
 		st, err := s.state(wid)
 		require.NoError(t, err)
@@ -94,7 +94,7 @@ func TestLongIDsOnALongQueueName(t *testing.T) {
 		for _, e := range resp.GetExecutions() {
 			ids[e.GetExecution().GetWorkflowId()] = true
 		}
-		want := map[string]bool{workflows.WorkflowID(orders, id255): true, workflows.WorkflowID(orders, fallback): true}
+		want := map[string]bool{message.WorkflowID(orders, id255): true, message.WorkflowID(orders, fallback): true}
 		if len(resp.GetExecutions()) != 2 || !assert.ObjectsAreEqual(want, ids) {
 			return fmt.Errorf("%d runs: %v", len(resp.GetExecutions()), ids)
 		}

@@ -270,7 +270,7 @@ func TestCodecPayloadsEncryptedInHistory(t *testing.T) {
 	withKey, err := client.Dial(opts)
 	require.NoError(t, err)
 	defer withKey.Close()
-	id := workflows.WorkflowID(orders, "pii-1")
+	id := message.WorkflowID(orders, "pii-1")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	// A client with the key reads the state.

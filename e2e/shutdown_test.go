@@ -100,7 +100,7 @@ func TestShutdownMidPublishLetsThePublishFinish(t *testing.T) {
 	go func() { doneB <- service.Run(ctxB, cfgB, jsonLogger(&logB)) }()
 	defer func() { stopB(); <-doneB }()
 
-	id := workflows.WorkflowID(orders, "m-1")
+	id := message.WorkflowID(orders, "m-1")
 	var st workflows.State
 	eventually(t, 60*time.Second, func() error {
 		var err error

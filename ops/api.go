@@ -20,6 +20,7 @@ import (
 	"go.temporal.io/sdk/converter"
 	"golang.org/x/sync/errgroup"
 
+	"retry-scheduler/message"
 	"retry-scheduler/workflows"
 )
 
@@ -423,7 +424,7 @@ func itemOf(e *workflowpb.WorkflowExecutionInfo) Item {
 	it.NextRetryAt = tm(workflows.SANextRetryTime.GetName())
 	it.DeadAt = tm(workflows.SADeadAt.GetName())
 	// A hashed workflow ID does not name the message; enrich fills it from the state.
-	it.MessageID, _ = workflows.MessageIDOf(it.ID, it.Queue)
+	it.MessageID, _ = message.MessageIDOf(it.ID, it.Queue)
 	return it
 }
 

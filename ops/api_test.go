@@ -256,7 +256,7 @@ func (u *fakeUpdate) Get(_ context.Context, v interface{}) error {
 var t0 = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 
 func item(queue, id string, status workflows.Status, at time.Time, tenant string) workflows.State {
-	s := workflows.State{WorkflowID: workflows.WorkflowID(queue, id), Status: status, TenantID: tenant, Category: "transient",
+	s := workflows.State{WorkflowID: message.WorkflowID(queue, id), Status: status, TenantID: tenant, Category: "transient",
 		Message:  message.Message{MessageID: id, OriginalQueue: queue},
 		Attempts: []message.Attempt{{Attempt: 1, Error: "503 from " + id}}}
 	s.Policy.MaxRetries = 3

@@ -26,8 +26,8 @@ import (
 	"retry-scheduler/metrics"
 	"retry-scheduler/ops"
 	"retry-scheduler/policy"
+	"retry-scheduler/reporter"
 	"retry-scheduler/worker"
-	"retry-scheduler/workflows"
 )
 
 // After a fatal worker error (see worker.Fatal) the process is no longer alive: /healthz and
@@ -130,13 +130,13 @@ func Run(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 		})
 	}
 	if runBridge {
-		rep := &workflows.Reporter{Client: tc, TaskQueue: cfg.TaskQueue, Retention: cfg.Retention, Eager: runWorker, MaxStartDelay: cfg.StartDelayMax}
+		rep := &reporter.Reporter{Client: tc, TaskQueue: cfg.TaskQueue, Retention: cfg.Retention, Eager: runWorker, StartDelayMax: cfg.StartDelayMax}
 		b := bridge.New(bridge.Config{
 			Queue:           cfg.RetryQueue,
 			DeadLetterQueue: cfg.ManualReviewQueue,
 			Prefetch:        cfg.Prefetch,
 			Workers:         cfg.BridgeWorkers,
-			Probe:           temporalProbe(tc),
+			Probe:           reporter.Probe(tc),
 			IngressArgs:     broker.IngressArgs(bcfg, cfg.ManualReviewQueue),
 			DeadLetterArgs:  broker.QueueArgs(bcfg),
 			ServiceName:     cfg.ServiceName,
@@ -146,7 +146,7 @@ func Run(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 				Resolver:               catalog,
 				DefaultDeadLetterQueue: cfg.ManualReviewQueue,
 			},
-		}, func() (*amqp.Connection, error) { return broker.Dial(bcfg) }, reporter{rep}, pub,
+		}, func() (*amqp.Connection, error) { return broker.Dial(bcfg) }, rep, pub,
 			logger.With("component", "bridge"), bridge.NewMetrics(reg))
 		checks["bridge"] = func(context.Context) error {
 			if !b.Ready() {

@@ -14,7 +14,7 @@ import (
 
 	"retry-scheduler/broker"
 	"retry-scheduler/devserver"
-	"retry-scheduler/workflows"
+	"retry-scheduler/message"
 )
 
 // queue names of one run, under its id.
@@ -327,7 +327,7 @@ drain:
 		return 2, fmt.Errorf("connect to Temporal for the count: %w", err)
 	}
 	defer tc.Close()
-	wid := func(r *record) string { return workflows.WorkflowID(r.queue, r.id) }
+	wid := func(r *record) string { return message.WorkflowID(r.queue, r.id) }
 	ids := make([]string, 0, o.n)
 	for _, r := range l.order {
 		ids = append(ids, wid(r))

@@ -21,6 +21,7 @@ import (
 	"retry-scheduler/devserver"
 	"retry-scheduler/message"
 	"retry-scheduler/policy"
+	"retry-scheduler/reporter"
 	"retry-scheduler/worker"
 	"retry-scheduler/workflows"
 )
@@ -90,11 +91,11 @@ func TestReportPendingWhenQuietWindowEndsIsApplied(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	id := workflows.WorkflowID("orders", msgID)
+	id := message.WorkflowID("orders", msgID)
 
 	stop := newWorker()
-	reporter := &workflows.Reporter{Client: c, TaskQueue: taskQueue, Retention: time.Minute}
-	require.NoError(t, reporter.Report(ctx, rep(0)))
+	reports := &reporter.Reporter{Client: c, TaskQueue: taskQueue, Retention: time.Minute}
+	require.NoError(t, reports.Report(ctx, rep(0)))
 
 	// Retry 1 is out and the quiet window's timer started: stop the worker.
 	waitForTimer(t, ctx, c, id, p.QuietWindow, false)

@@ -52,7 +52,7 @@ func TestReplayRecordedHistories(t *testing.T) {
 }
 
 // recordedWorkflowID is the ID of the workflow that recorded h: a history does not name it,
-// but the ID is made from the first report's message (workflows.WorkflowID), which the start
+// but the ID is made from the first report's message (message.WorkflowID), which the start
 // input or the first failure-report signal carries.
 func recordedWorkflowID(t *testing.T, h *historypb.History) string {
 	t.Helper()
@@ -74,7 +74,7 @@ func recordedWorkflowID(t *testing.T, h *historypb.History) string {
 			require.NoError(t, dc.FromPayloads(a.GetInput(), rep))
 		}
 		if rep != nil {
-			return workflows.WorkflowID(rep.Message.OriginalQueue, rep.Message.MessageID)
+			return message.WorkflowID(rep.Message.OriginalQueue, rep.Message.MessageID)
 		}
 	}
 	t.Fatal("no failure report in the history")

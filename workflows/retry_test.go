@@ -490,13 +490,13 @@ func jitteredPolicy() policy.Policy {
 	return p
 }
 
-// The reporter starts a run with the first delay it computes (FirstDelay); the run must
+// The reporter starts a run with the first delay it computes (PlanStart); the run must
 // come to the same delay, or the retry fires at the start delay but is recorded otherwise.
 func (s *retrySuite) TestFirstDelayIsTheRunsFirstDecision() {
-	id := WorkflowID(testQueue, testID)
+	id := message.WorkflowID(testQueue, testID)
 	s.env.SetStartWorkflowOptions(client.StartWorkflowOptions{ID: id})
 	rep := report(jitteredPolicy(), 0, transient)
-	d, ok := FirstDelay(id, rep)
+	d, ok := firstDelay(id, rep, time.Now())
 	s.Require().True(ok)
 	var scheduled State
 	s.queryAt(time.Second, &scheduled)
@@ -509,12 +509,12 @@ func (s *retrySuite) TestFirstDelayIsTheRunsFirstDecision() {
 }
 
 func (s *retrySuite) TestFirstDelayOnlyForANewCountThatRetries() {
-	id := WorkflowID(testQueue, testID)
-	_, ok := FirstDelay(id, report(fixedPolicy(3), 1, transient))
+	id := message.WorkflowID(testQueue, testID)
+	_, ok := firstDelay(id, report(fixedPolicy(3), 1, transient), time.Now())
 	s.False(ok, "a continued count looks up the earlier run first")
-	_, ok = FirstDelay(id, report(fixedPolicy(3), 0, policy.Failure{Category: "permanent", Reason: "bad schema"}))
+	_, ok = firstDelay(id, report(fixedPolicy(3), 0, policy.Failure{Category: "permanent", Reason: "bad schema"}), time.Now())
 	s.False(ok, "a failure that goes to dead has no delay")
-	_, ok = FirstDelay(id, report(fixedPolicy(0), 0, transient))
+	_, ok = firstDelay(id, report(fixedPolicy(0), 0, transient), time.Now())
 	s.False(ok, "no retries allowed")
 }
 

@@ -1,4 +1,4 @@
-package workflows
+package message
 
 import (
 	"strings"
@@ -31,15 +31,6 @@ func TestMessageIDOrFallback(t *testing.T) {
 	}
 	for in, want := range cases {
 		require.Equal(t, want, MessageIDOrFallback(in, "orders", body), "id %q", in)
-	}
-}
-
-func TestStatusTerminal(t *testing.T) {
-	for _, s := range []Status{StatusDelivered, StatusResolved, StatusDiscarded, StatusExpired} {
-		require.True(t, s.Terminal(), s)
-	}
-	for _, s := range []Status{StatusScheduled, StatusRepublishing, StatusAwaitingOutcome, StatusDead} {
-		require.False(t, s.Terminal(), s)
 	}
 }
 

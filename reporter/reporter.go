@@ -1,0 +1,127 @@
+// Package reporter hands the bridge's failure reports to Temporal: it starts each message's
+// RetryWorkflow or signals the running one, and decides what a Temporal error means to the
+// bridge (permanent for the message, an outage of Temporal, or neither). It is the client
+// side of the workflows package: it reads the clock, which workflow code must not.
+package reporter
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/sdk/client"
+
+	"retry-scheduler/bridge"
+	"retry-scheduler/message"
+	"retry-scheduler/workflows"
+)
+
+// Reporter implements bridge.Reporter on a Temporal client. The workflow ID comes from the
+// message, so duplicate deliveries land on one workflow.
+type Reporter struct {
+	Client    client.Client
+	TaskQueue string
+	// Retention is passed to new runs. Defaults to workflows.DefaultRetention.
+	Retention time.Duration
+	// Eager asks for eager workflow start: when a worker runs in the same process, the first
+	// workflow task is handed to it in the start response, which cuts the first retry's
+	// lateness (bench/README.md). Without it, signal-with-start is one call.
+	Eager bool
+	// StartDelayMax is the longest first delay waited as the workflow's start delay (see
+	// Report); 0 never delays a start. Signals do not end a start delay, so an operator's
+	// retry-now or skip waits for it: keep it short.
+	StartDelayMax time.Duration
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+}
+
+// Report delivers r to its workflow. A nil error means Temporal durably accepted it, so the
+// caller may ack the delivery. Errors are marked for the bridge: an invalid argument (a
+// payload Temporal rejects, say) will never succeed and is bridge.Permanent; an exhausted
+// resource (a rate limit, an overloaded server) is Temporal's, not the message's, and is
+// bridge.Unavailable. The bridge asks its Probe about the rest.
+func (p *Reporter) Report(ctx context.Context, r message.FailureReport) error {
+	err := p.report(ctx, r)
+	var (
+		invalid   *serviceerror.InvalidArgument
+		exhausted *serviceerror.ResourceExhausted
+	)
+	switch {
+	case errors.As(err, &invalid):
+		return bridge.Permanent(err)
+	case errors.As(err, &exhausted):
+		return bridge.Unavailable(err)
+	}
+	return err
+}
+
+func (p *Reporter) report(ctx context.Context, r message.FailureReport) error {
+	id := message.WorkflowID(r.Message.OriginalQueue, r.Message.MessageID)
+	opts := client.StartWorkflowOptions{
+		ID:        id,
+		TaskQueue: p.TaskQueue,
+	}
+	in := workflows.Input{Retention: p.Retention}
+	now := time.Now
+	if p.Now != nil {
+		now = p.Now
+	}
+	if plan, ok := workflows.PlanStart(id, r, now()); ok && plan.Delay <= p.StartDelayMax {
+		// A new run's first retry waits as the start delay: its first workflow task is the
+		// republish, one task and one timer fewer per retry than a timer in the first task.
+		// The start sets the search attributes that task would have.
+		opts.StartDelay = plan.Delay
+		opts.TypedSearchAttributes = plan.SearchAttributes
+		in.StartDelay = plan.Delay
+	}
+	if !p.Eager {
+		if _, err := p.Client.SignalWithStartWorkflow(ctx, id, workflows.SignalFailureReport, r, opts, workflows.RetryWorkflowName, in); err != nil {
+			return fmt.Errorf("signal-with-start %s: %w", id, err)
+		}
+		return nil
+	}
+	// A delayed start has no first task to hand over.
+	opts.EnableEagerStart = opts.StartDelay == 0
+	opts.WorkflowExecutionErrorWhenAlreadyStarted = true
+	in.Report = &r
+	// Start, or signal the running workflow; a run that ends between the two is started anew.
+	for try := 0; try < 3; try++ {
+		_, err := p.Client.ExecuteWorkflow(ctx, opts, workflows.RetryWorkflowName, in)
+		if err == nil {
+			return nil
+		}
+		var started *serviceerror.WorkflowExecutionAlreadyStarted
+		if !errors.As(err, &started) {
+			return fmt.Errorf("start %s: %w", id, err)
+		}
+		err = p.Client.SignalWorkflow(ctx, id, "", workflows.SignalFailureReport, r)
+		if err == nil {
+			return nil
+		}
+		var notFound *serviceerror.NotFound
+		if !errors.As(err, &notFound) {
+			return fmt.Errorf("signal %s: %w", id, err)
+		}
+	}
+	return fmt.Errorf("report %s: workflow kept ending between start and signal", id)
+}
+
+// probeWorkflowID names a workflow that never exists: describing it goes through the frontend
+// and the history service to the persistence store, so a NotFound says all three answer.
+const probeWorkflowID = "retry-scheduler-probe/never-started"
+
+// Probe is the bridge's Probe: nil when Temporal serves a call that reads its store. The
+// frontend's own health check is not enough: with its database down it still answers, and
+// every failed report would then count against its message.
+func Probe(c client.Client) func(ctx context.Context) error {
+	return func(ctx context.Context) error {
+		_, err := c.DescribeWorkflowExecution(ctx, probeWorkflowID, "")
+		var notFound *serviceerror.NotFound
+		if err == nil || errors.As(err, &notFound) {
+			return nil
+		}
+		return fmt.Errorf("temporal probe: %w", err)
+	}
+}

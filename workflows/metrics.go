@@ -1,0 +1,11 @@
+package workflows
+
+// Counters RetryWorkflow emits through workflow.GetMetricsHandler (replay-safe), labelled by
+// the tag "queue" (the original queue). metrics.TemporalHandler routes them to Prometheus.
+const (
+	// MetricRetriesScheduled counts retries scheduled: a failure that starts a delay, or an
+	// operator's retry of a dead letter.
+	MetricRetriesScheduled = "retries_scheduled_total"
+	// MetricRetriesExhausted counts messages moved to manual review after max retries.
+	MetricRetriesExhausted = "retries_exhausted_total"
+)
