@@ -11,9 +11,11 @@ SHELL := /bin/bash
 GO ?= go
 TEMPORAL_VERSION := v1.5.1
 WORKFLOWCHECK_VERSION := v0.6.0
+STATICCHECK_VERSION := v0.8.2
 CACHE ?= $(HOME)/.cache/retry-scheduler
 TEMPORAL_CLI := $(CACHE)/bin/temporal
 WORKFLOWCHECK := $(CACHE)/bin/workflowcheck
+STATICCHECK := $(CACHE)/bin/staticcheck
 # The Temporal server and its SQL schema tool, for the postgres engine: the server version
 # the CLI's dev server embeds (devserver.ServerVersion). Their schemas are embedded in the
 # tool, so nothing else is copied.
@@ -33,6 +35,8 @@ TEMPORAL_PORT ?= 7233
 # How long fuzz-short (part of make test) and fuzz run each Fuzz target.
 FUZZ_TIME ?= 10s
 FUZZ_LONG_TIME ?= 2m
+# The unit tier's coverage gate: package=minimum percent (internal/testreport).
+COVERAGE_GATES ?= retry-scheduler/workflows=85,retry-scheduler/policy=85
 # Passed to the integration tier's go test, and to test-e2e-postgres's.
 INTEGRATION_TIMEOUT ?= 30m
 E2E_TIMEOUT ?= 15m
@@ -47,23 +51,28 @@ export TEMPORAL_SERVER_DIR
 export TEMPORAL_POSTGRES_HOST TEMPORAL_POSTGRES_PORT TEMPORAL_POSTGRES_USER
 export RABBITMQ_URL
 
-.PHONY: help tools temporal-server chromium rabbitmq build run test test-unit test-integration test-e2e-postgres lint demo bench soak fuzz fuzz-short clean
+.PHONY: help tools temporal-server chromium promtool rabbitmq build run test test-unit test-integration test-e2e-postgres lint demo bench soak fuzz fuzz-short clean
 
 help: ## List the targets
 	@echo "retry-scheduler: make <target>"
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-17s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
-	@echo "Variables (make VAR=value): CACHE RABBITMQ_URL TEMPORAL TEMPORAL_PORT TEMPORAL_POSTGRES_HOST TEMPORAL_POSTGRES_PORT TEMPORAL_POSTGRES_USER FUZZ_TIME FUZZ_LONG_TIME INTEGRATION_TIMEOUT E2E_TIMEOUT"
+	@echo "Variables (make VAR=value): CACHE RABBITMQ_URL TEMPORAL TEMPORAL_PORT TEMPORAL_POSTGRES_HOST TEMPORAL_POSTGRES_PORT TEMPORAL_POSTGRES_USER FUZZ_TIME FUZZ_LONG_TIME COVERAGE_GATES INTEGRATION_TIMEOUT E2E_TIMEOUT"
+	@echo "Under CI=true a test whose prerequisite is missing fails instead of skipping, and any skipped test fails the run."
 
 $(TEMPORAL_CLI):
 	@echo "Installing the Temporal CLI $(TEMPORAL_VERSION) into $(CACHE)/bin (several minutes the first time)"
 	GOBIN=$(CACHE)/bin $(GO) install github.com/temporalio/cli/cmd/temporal@$(TEMPORAL_VERSION)
 
+# The linters: a failed install fails the target (make lint cannot pass without them).
 $(WORKFLOWCHECK):
-	@echo "Installing workflowcheck $(WORKFLOWCHECK_VERSION) into $(CACHE)/bin"
-	@GOBIN=$(CACHE)/bin $(GO) install go.temporal.io/sdk/contrib/tools/workflowcheck@$(WORKFLOWCHECK_VERSION) \
-		|| echo "warning: workflowcheck did not install; make lint will skip it"
+	@echo "Installing workflowcheck $(WORKFLOWCHECK_VERSION) into $(@D)"
+	GOBIN=$(@D) $(GO) install go.temporal.io/sdk/contrib/tools/workflowcheck@$(WORKFLOWCHECK_VERSION)
 
-tools: $(TEMPORAL_CLI) $(WORKFLOWCHECK) chromium ## Install the Temporal CLI (dev server) and workflowcheck into $(CACHE)/bin, and chromium
+$(STATICCHECK):
+	@echo "Installing staticcheck $(STATICCHECK_VERSION) into $(@D)"
+	GOBIN=$(@D) $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
+
+tools: $(TEMPORAL_CLI) $(WORKFLOWCHECK) $(STATICCHECK) chromium promtool ## Install the Temporal CLI (dev server), workflowcheck and staticcheck into $(CACHE)/bin, and chromium and promtool
 
 # One go install builds both (they share most of their packages); a file target, so later
 # runs reuse them.
@@ -74,14 +83,27 @@ $(TEMPORAL_SERVER_BINS) &:
 temporal-server: $(TEMPORAL_SERVER_BINS) ## Install the Temporal server and its schema tool (the postgres engine) into $(CACHE)/temporal-server-$(TEMPORAL_SERVER_VERSION)/bin
 
 # The ops page's browser test (e2e/browser_test.go) drives Debian's chromium; without it
-# the test skips with a message.
+# the test skips with a message (fails under CI=true).
 chromium: ## Install Debian's chromium for the browser test, when missing and apt-get is usable
 	@if [ -x "$${CHROMIUM:-/usr/bin/chromium}" ]; then :; \
 	elif command -v apt-get >/dev/null 2>&1 && [ "$$(id -u)" = 0 ]; then \
 		echo "Installing chromium (for the ops page's browser test)"; \
 		apt-get install -y chromium >/dev/null || { apt-get update >/dev/null && apt-get install -y chromium >/dev/null; } \
-			|| echo "warning: chromium did not install; the browser test will skip"; \
-	else echo "chromium is not installed (apt-get install -y chromium): the browser test will skip"; fi
+			|| echo "warning: chromium did not install; the browser test will skip (fail under CI=true)"; \
+	else echo "chromium is not installed (apt-get install -y chromium): the browser test will skip (fail under CI=true)"; fi
+
+# The alert rules' unit tests (alerts/rules_test.go) run promtool, from Debian's prometheus
+# package; without it they skip with a message (fail under CI=true). Only the package's
+# files are wanted: Debian's policy-rc.d, or the absence of an init system, keeps its
+# server from starting.
+promtool: ## Install promtool (Debian's prometheus) for the alert rules' tests, when missing and apt-get is usable
+	@if command -v promtool >/dev/null 2>&1; then :; \
+	elif command -v apt-get >/dev/null 2>&1 && [ "$$(id -u)" = 0 ]; then \
+		echo "Installing promtool (Debian's prometheus, for the alert rules' tests)"; \
+		export DEBIAN_FRONTEND=noninteractive; \
+		apt-get install -y --no-install-recommends prometheus >/dev/null || { apt-get update >/dev/null && apt-get install -y --no-install-recommends prometheus >/dev/null; } \
+			|| echo "warning: promtool did not install; the alert rules' tests will skip (fail under CI=true)"; \
+	else echo "promtool is not installed (apt-get install -y prometheus): the alert rules' tests will skip (fail under CI=true)"; fi
 
 rabbitmq: ## Make sure RabbitMQ answers at RABBITMQ_URL (starts a local rabbitmq-server if it can)
 	@hostport=$${RABBITMQ_URL#*://}; hostport=$${hostport##*@}; hostport=$${hostport%%/*}; hostport=$${hostport%%\?*}; \
@@ -150,18 +172,27 @@ run: $(RUN_DEPS) rabbitmq ## Run locally: the Temporal dev server (UI on :8233; 
 	fi; \
 	API_TOKENS=$$api_tokens TEMPORAL_ADDRESS=$$addr TEMPORAL_UI_URL=$${TEMPORAL_UI_URL:-$$([ "$(TEMPORAL)" = postgres ] || echo http://127.0.0.1:$$(( $(TEMPORAL_PORT) + 1000 )))} $(GO) run ./cmd/retry-scheduler all
 
-test: tools temporal-server rabbitmq ## go vet, unit tests, integration tests on one dev server (e2e again on PostgreSQL), short fuzz runs
+test: tools temporal-server rabbitmq ## lint, unit tests with the coverage gate, integration tests on one dev server (e2e again on PostgreSQL), short fuzz runs
 	@status=0; \
-	echo "== go vet"; $(GO) vet ./... || status=1; \
+	$(MAKE) --no-print-directory lint || status=1; \
 	$(MAKE) --no-print-directory test-unit || status=1; \
 	$(MAKE) --no-print-directory test-integration || status=1; \
 	$(MAKE) --no-print-directory fuzz-short || status=1; \
 	if [ $$status != 0 ]; then echo "make test: FAILED (see above)" >&2; else echo "make test: ok"; fi; \
 	exit $$status
 
-test-unit: ## Unit tier: go test -race -cover ./... (no network)
+# Every go test of the tiers goes through internal/testreport: the plain output, then the
+# list of skipped tests with their reasons (under CI=true any skip fails the run), and for
+# the unit tier the coverage of each COVERAGE_GATES package (failing below its minimum)
+# and the total.
+TESTREPORT = $(GO) run ./internal/testreport
+
+test-unit: ## Unit tier: go test -race -cover ./... (no network), skipped tests listed, coverage gate (COVERAGE_GATES)
 	@echo "== unit tests"
-	$(GO) test -race -cover ./...
+	@set -o pipefail; profile=$$(mktemp); trap 'rm -f $$profile' EXIT; \
+	$(GO) build -o /dev/null ./internal/testreport || exit 1; \
+	$(GO) test -race -json -cover -coverprofile=$$profile ./... 2>&1 \
+		| $(TESTREPORT) -coverprofile $$profile -min-coverage '$(COVERAGE_GATES)'
 
 # A shell function of the recipes below: await FILE PID TICKS NAME OUTPUT waits up to TICKS
 # tenths of a second for the server process PID to write its address to FILE, and shows
@@ -188,7 +219,7 @@ test-integration: tools temporal-server rabbitmq ## Integration tier (-tags inte
 	await $$tmp/addr $$pid 900 "Temporal dev server" $$tmp/devserver.out || exit 1; \
 	export TEMPORAL_ADDRESS=$$(cat $$tmp/addr); \
 	echo "== integration tests against the Temporal dev server at $$TEMPORAL_ADDRESS (pid $$pid)"; \
-	$(GO) test -race -tags integration -timeout $(INTEGRATION_TIMEOUT) -p 1 ./...; rc=$$?; \
+	$(GO) test -race -json -tags integration -timeout $(INTEGRATION_TIMEOUT) -p 1 ./... 2>&1 | $(TESTREPORT); rc=$$?; \
 	if [ $$rc != 0 ]; then echo "--- Temporal dev server log (last lines) ---"; tail -n 40 $$tmp/temporal.db.log; fi; \
 	kill -TERM $$pid 2>/dev/null && wait $$pid; pid=; unset TEMPORAL_ADDRESS; \
 	$(MAKE) --no-print-directory test-e2e-postgres; pgrc=$$?; \
@@ -210,7 +241,7 @@ test-e2e-postgres: temporal-server rabbitmq ## e2e tests (-tags integration) aga
 	await $$tmp/addr $$pid 3000 "Temporal server $(TEMPORAL_SERVER_VERSION) on PostgreSQL" $$tmp/devserver.out || exit 1; \
 	export TEMPORAL_ADDRESS=$$(cat $$tmp/addr) TEMPORAL_ENGINE=postgres; \
 	echo "== e2e tests against Temporal $(TEMPORAL_SERVER_VERSION) on PostgreSQL at $$TEMPORAL_ADDRESS (pid $$pid; $$(sed -n 's/^Databases: //p' $$tmp/devserver.out))"; \
-	$(GO) test -race -tags integration -timeout $(E2E_TIMEOUT) -p 1 -skip '$(E2E_POSTGRES_SKIP)' ./e2e/; rc=$$?; \
+	$(GO) test -race -json -tags integration -timeout $(E2E_TIMEOUT) -p 1 -skip '$(E2E_POSTGRES_SKIP)' ./e2e/ 2>&1 | $(TESTREPORT); rc=$$?; \
 	if [ $$rc != 0 ]; then echo "--- Temporal server log (last lines) ---"; tail -n 40 $$tmp/temporal.log; fi; \
 	exit $$rc
 
@@ -241,12 +272,20 @@ fuzz-short: ## Run each Fuzz target for FUZZ_TIME (10s; part of make test)
 fuzz: ## Run each Fuzz target for FUZZ_LONG_TIME (2m)
 	$(call fuzz_all,$(FUZZ_LONG_TIME))
 
-lint: $(WORKFLOWCHECK) ## go vet, gofmt, workflowcheck ./workflows/..., docker compose config
+# staticcheck's settings are in staticcheck.conf. The linters are file targets: a missing one
+# is installed first, and one that cannot be installed fails lint.
+lint: $(WORKFLOWCHECK) $(STATICCHECK) ## go vet and staticcheck (with and without -tags integration), gofmt, workflowcheck ./workflows/..., docker compose config
+	@echo "== lint"
 	$(GO) vet ./...
-	@unformatted=$$(gofmt -l $$(git ls-files -co --exclude-standard '*.go')); \
+	$(GO) vet -tags integration ./...
+	@unformatted=$$(git ls-files -co --exclude-standard '*.go' | while read -r f; do [ -f "$$f" ] && echo "$$f"; done | xargs -r gofmt -l); \
 	if [ -n "$$unformatted" ]; then echo "gofmt needed:" $$unformatted >&2; exit 1; fi
-	@if [ -x $(WORKFLOWCHECK) ]; then echo "$(WORKFLOWCHECK) ./workflows/..."; $(WORKFLOWCHECK) ./workflows/...; \
-	else echo "workflowcheck is not installed ($(WORKFLOWCHECK)): skipped"; fi
+	@for tool in $(STATICCHECK) $(WORKFLOWCHECK); do \
+		[ -f $$tool ] && [ -x $$tool ] || { echo "$$tool is missing or not executable: make lint cannot pass without it (make tools)" >&2; exit 1; }; \
+	done
+	$(STATICCHECK) ./...
+	$(STATICCHECK) -tags integration ./...
+	$(WORKFLOWCHECK) ./workflows/...
 	@if docker compose version >/dev/null 2>&1; then echo "docker compose config -q"; docker compose config -q; \
 	else echo "docker compose is not installed: docker-compose.yml not checked"; fi
 

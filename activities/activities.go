@@ -6,11 +6,9 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"strconv"
 	"time"
 
-	amqp "github.com/rabbitmq/amqp091-go"
-
+	"retry-scheduler/deadletter"
 	"retry-scheduler/message"
 )
 
@@ -18,12 +16,6 @@ import (
 const (
 	RepublishName  = "Republish"
 	DeadLetterName = "DeadLetter"
-)
-
-// Headers the republish adds.
-const (
-	HeaderRetryCount = "x-retry-count"
-	HeaderRetryKey   = "x-retry-key"
 )
 
 // RepublishInput is one retry: the message and the attempt it is.
@@ -58,9 +50,7 @@ const ErrTypeInvalidMessage = "InvalidMessage"
 
 // Publisher is what the activities need from broker.Publisher: a confirmed publish that
 // reports broker.ErrUnroutable for a mandatory message no queue took.
-type Publisher interface {
-	Publish(ctx context.Context, exchange, key string, mandatory bool, msg amqp.Publishing) error
-}
+type Publisher = deadletter.Publisher
 
 // Activities are the workflow's side effects on the broker. Register the struct on a worker;
 // its methods are the activities RepublishName and DeadLetterName.
@@ -73,22 +63,11 @@ type Activities struct {
 	Now     func() time.Time // injectable clock. Defaults to time.Now.
 	// DeadLetterTTL is the AMQP expiration of each dead-letter envelope: the dead-letter queue
 	// is a notification stream, and an envelope outlives its parked workflow by no more than
-	// this (DEAD_LETTER_RETENTION). Capped at MaxExpiration. Defaults to 0: no expiration.
+	// this (DEAD_LETTER_RETENTION). Capped at deadletter.MaxExpiration. Defaults to 0: no
+	// expiration.
 	DeadLetterTTL time.Duration
 	// ServiceName is the AMQP app_id of the envelopes (SERVICE_NAME). Defaults to none.
 	ServiceName string
-}
-
-// MaxExpiration is the longest per-message TTL RabbitMQ accepts (2^32-1 ms, about 49.7 days);
-// a longer expiration would make every dead-letter publish fail.
-const MaxExpiration = (1<<32 - 1) * time.Millisecond
-
-// expiration is the AMQP expiration property for ttl: milliseconds, "" for none.
-func expiration(ttl time.Duration) string {
-	if ttl <= 0 {
-		return ""
-	}
-	return strconv.FormatInt(min(ttl, MaxExpiration).Milliseconds(), 10)
 }
 
 // messageLogger is l with the keys every line about message m carries.
@@ -137,5 +116,8 @@ func (a *Activities) logger() *slog.Logger {
 	if a.Logger != nil {
 		return a.Logger
 	}
-	return slog.Default()
+	return discard
 }
+
+// discard is the logger of Activities built without one (as the workflow tests build them).
+var discard = slog.New(slog.DiscardHandler)

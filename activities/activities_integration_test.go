@@ -6,7 +6,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"os"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -18,15 +17,12 @@ import (
 	"go.temporal.io/sdk/temporal"
 
 	"retry-scheduler/broker"
+	"retry-scheduler/broker/brokertest"
 	"retry-scheduler/message"
 )
 
 func rabbitCfg(t *testing.T) broker.Config {
-	url := os.Getenv("RABBITMQ_URL")
-	if url == "" {
-		url = "amqp://guest:guest@127.0.0.1:5672/"
-	}
-	return broker.Config{URL: url, ConnectionName: uniqueName(t, "conn")}
+	return broker.Config{URL: brokertest.URL(), ConnectionName: uniqueName(t, "conn")}
 }
 
 var nameSeq atomic.Int64
@@ -84,7 +80,7 @@ func TestRepublishToRabbitMQ(t *testing.T) {
 	}
 	in := RepublishInput{Message: msg, Attempt: 2, Key: "m-1:2", ScheduledAt: testNow.Add(-time.Second)}
 
-	_, err, get := run(t, acts, acts.Republish, in)
+	_, get, err := run(t, acts, acts.Republish, in)
 	require.NoError(t, err)
 	var res RepublishResult
 	get(&res)
@@ -112,7 +108,7 @@ func TestRepublishUnroutableOnRabbitMQ(t *testing.T) {
 	acts := realActivities(t)
 	msg := testMessage()
 	msg.OriginalQueue = uniqueName(t, "missing")
-	_, err, _ := run(t, acts, acts.Republish, RepublishInput{Message: msg, Attempt: 1, Key: "m-1:1"})
+	_, _, err := run(t, acts, acts.Republish, RepublishInput{Message: msg, Attempt: 1, Key: "m-1:1"})
 	var appErr *temporal.ApplicationError
 	require.ErrorAs(t, err, &appErr)
 	assert.True(t, appErr.NonRetryable())
@@ -126,7 +122,7 @@ func TestDeadLetterToRabbitMQ(t *testing.T) {
 	env := testEnvelope()
 	env.OriginalMessage.Headers = map[string]any{"tenant": "acme"}
 
-	_, err, _ := run(t, acts, acts.DeadLetter, DeadLetterInput{Queue: q, Envelope: env})
+	_, _, err := run(t, acts, acts.DeadLetter, DeadLetterInput{Queue: q, Envelope: env})
 	require.NoError(t, err)
 
 	d := receive(t, deliveries)

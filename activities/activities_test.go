@@ -66,13 +66,13 @@ func testMessage() message.Message {
 }
 
 // run executes an activity the way a worker does: the input goes through the data converter.
-func run(t *testing.T, acts *Activities, fn any, in any) (*testsuite.TestActivityEnvironment, error, func(any)) {
+func run(t *testing.T, acts *Activities, fn any, in any) (*testsuite.TestActivityEnvironment, func(any), error) {
 	t.Helper()
 	var s testsuite.WorkflowTestSuite
 	env := s.NewTestActivityEnvironment()
 	env.RegisterActivity(acts)
 	val, err := env.ExecuteActivity(fn, in)
-	return env, err, func(out any) { require.NoError(t, val.Get(out)) }
+	return env, func(out any) { require.NoError(t, val.Get(out)) }, err
 }
 
 func TestRepublish(t *testing.T) {
@@ -80,7 +80,7 @@ func TestRepublish(t *testing.T) {
 	acts, reg := newTestActivities(pub)
 	in := RepublishInput{Message: testMessage(), Attempt: 2, Key: "m-1:2", ScheduledAt: testNow.Add(-1500 * time.Millisecond)}
 
-	_, err, get := run(t, acts, acts.Republish, in)
+	_, get, err := run(t, acts, acts.Republish, in)
 	require.NoError(t, err)
 	var res RepublishResult
 	get(&res)
@@ -114,7 +114,7 @@ func TestRepublishRoutesToOriginalExchange(t *testing.T) {
 	acts, _ := newTestActivities(pub)
 	msg := testMessage()
 	msg.OriginalExchange, msg.OriginalRoutingKey = "events", "order.created"
-	_, err, _ := run(t, acts, acts.Republish, RepublishInput{Message: msg, Attempt: 1, Key: "m-1:1"})
+	_, _, err := run(t, acts, acts.Republish, RepublishInput{Message: msg, Attempt: 1, Key: "m-1:1"})
 	require.NoError(t, err)
 	require.Len(t, pub.got, 1)
 	assert.Equal(t, "events", pub.got[0].exchange)
@@ -123,7 +123,7 @@ func TestRepublishRoutesToOriginalExchange(t *testing.T) {
 
 func TestRepublishUnroutableIsNonRetryable(t *testing.T) {
 	acts, reg := newTestActivities(&fakePublisher{err: fmt.Errorf("publish to exchange \"\" key \"orders\": %w: 312 NO_ROUTE", broker.ErrUnroutable)})
-	_, err, _ := run(t, acts, acts.Republish, RepublishInput{Message: testMessage(), Attempt: 1, Key: "m-1:1"})
+	_, _, err := run(t, acts, acts.Republish, RepublishInput{Message: testMessage(), Attempt: 1, Key: "m-1:1"})
 	var appErr *temporal.ApplicationError
 	require.ErrorAs(t, err, &appErr)
 	assert.True(t, appErr.NonRetryable())
@@ -134,7 +134,7 @@ func TestRepublishUnroutableIsNonRetryable(t *testing.T) {
 
 func TestRepublishOtherErrorsAreRetryable(t *testing.T) {
 	acts, reg := newTestActivities(&fakePublisher{err: fmt.Errorf("publish: %w", broker.ErrTimeout)})
-	_, err, _ := run(t, acts, acts.Republish, RepublishInput{Message: testMessage(), Attempt: 1, Key: "m-1:1"})
+	_, _, err := run(t, acts, acts.Republish, RepublishInput{Message: testMessage(), Attempt: 1, Key: "m-1:1"})
 	require.Error(t, err)
 	var appErr *temporal.ApplicationError
 	if errors.As(err, &appErr) {
@@ -186,7 +186,7 @@ func TestDeadLetter(t *testing.T) {
 	pub := &fakePublisher{}
 	acts, reg := newTestActivities(pub)
 	env := testEnvelope()
-	_, err, _ := run(t, acts, acts.DeadLetter, DeadLetterInput{Queue: "manual-review.pending", Envelope: env})
+	_, _, err := run(t, acts, acts.DeadLetter, DeadLetterInput{Queue: "manual-review.pending", Envelope: env})
 	require.NoError(t, err)
 
 	require.Len(t, pub.got, 1)
@@ -210,7 +210,7 @@ func TestDeadLetter(t *testing.T) {
 
 func TestDeadLetterUnroutableIsNonRetryable(t *testing.T) {
 	acts, _ := newTestActivities(&fakePublisher{err: fmt.Errorf("x: %w", broker.ErrUnroutable)})
-	_, err, _ := run(t, acts, acts.DeadLetter, DeadLetterInput{Queue: "nowhere", Envelope: testEnvelope()})
+	_, _, err := run(t, acts, acts.DeadLetter, DeadLetterInput{Queue: "nowhere", Envelope: testEnvelope()})
 	var appErr *temporal.ApplicationError
 	require.ErrorAs(t, err, &appErr)
 	assert.True(t, appErr.NonRetryable())

@@ -50,16 +50,6 @@ func TestRepublishHeadersConvertsJSONValues(t *testing.T) {
 	assert.Equal(t, amqp.Table{"inner": amqp.Table{"n": int64(10)}, "f": false}, got["obj"])
 }
 
-func TestAMQPValue(t *testing.T) {
-	assert.Equal(t, int64(42), amqpValue(json.Number("42")))
-	assert.Equal(t, 4.5, amqpValue(json.Number("4.5")))
-	assert.Equal(t, int64(5), amqpValue(uint(5)))
-	assert.Equal(t, 1e300, amqpValue(1e300), "too big for int64: stays a double")
-	assert.True(t, math.IsNaN(amqpValue(math.NaN()).(float64)))
-	assert.Equal(t, []any{"a", "b"}, amqpValue([]string{"a", "b"}))
-	assert.Equal(t, amqp.Table{"n": int64(1)}, amqpValue(amqp.Table{"n": 1.0}))
-}
-
 func TestRepublishHeadersRejectsUnencodable(t *testing.T) {
 	for name, v := range map[string]any{
 		"struct":     struct{}{},

@@ -17,7 +17,7 @@ const (
 	StatusUnroutable = "unroutable"
 )
 
-// Metrics are the activities' Prometheus series (SPEC §7). Labels are queues, statuses and
+// Metrics are the activities' Prometheus series. Labels are queues, statuses and
 // reasons only: message ids would make the series count unbounded.
 type Metrics struct {
 	RetriesExecuted *prometheus.CounterVec // retries_executed_total{queue,status}

@@ -2,7 +2,6 @@ package activities
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 
@@ -10,12 +9,13 @@ import (
 	"go.temporal.io/sdk/temporal"
 
 	"retry-scheduler/broker"
+	"retry-scheduler/deadletter"
 	"retry-scheduler/message"
 )
 
-// Republish puts the message back where it came from as retry in.Attempt (SPEC §4
-// "republishing"): confirmed, persistent, with its original body, id, properties and
-// allowed headers, plus x-retry-count and x-retry-key so consumers can drop duplicates.
+// Republish puts the message back where it came from as retry in.Attempt: confirmed,
+// persistent, with its original body, id, properties and allowed headers, plus x-retry-count
+// and x-retry-key so consumers can drop duplicates.
 // An unroutable destination is a non-retryable ErrTypeUnroutable error; any other publish
 // failure is returned as is for Temporal to retry.
 func (a *Activities) Republish(ctx context.Context, in RepublishInput) (RepublishResult, error) {
@@ -75,60 +75,32 @@ func (a *Activities) Republish(ctx context.Context, in RepublishInput) (Republis
 	return RepublishResult{PublishedAt: publishedAt}, nil
 }
 
-// DeadLetter publishes the envelope, confirmed and persistent, to in.Queue on the default
-// exchange (SPEC §4 "dead"), with x-dead-reason and x-original-queue headers so a
-// manual-review consumer can sort without parsing the body, and an expiration of
-// DeadLetterTTL: the queue is a notification stream, the parked workflow the record (README
-// "Dead letters"). The envelope's errorType and stackTrace are its last attempt's. Every
+// DeadLetter publishes the envelope to in.Queue (see deadletter.Publish), with an expiration
+// of DeadLetterTTL: the queue is a notification stream, the parked workflow the record. Every
 // dead-letter queue is declared at start, so an unroutable publish is a misconfiguration:
-// non-retryable ErrTypeUnroutable. Each failed publish counts in
+// non-retryable ErrTypeUnroutable; an envelope that cannot be published at all (no queue) is
+// non-retryable ErrTypeInvalidMessage. Each failed publish counts in
 // dead_letter_publish_failures_total.
 func (a *Activities) DeadLetter(ctx context.Context, in DeadLetterInput) error {
-	env := in.Envelope.WithLastError()
-	log := messageLogger(a.logger(), message.Message{MessageID: env.MessageID, CorrelationID: env.CorrelationID}).With("dlq_id", env.DLQID, "queue", env.OriginalQueue,
-		"dead_letter_queue", in.Queue, "dead_reason", env.DeadReason)
-	if in.Queue == "" {
-		err := errors.New("no dead-letter queue given")
+	env := in.Envelope
+	log := messageLogger(a.logger(), message.Message{MessageID: env.MessageID, CorrelationID: env.CorrelationID}).
+		With("dlq_id", env.DLQID, "queue", env.OriginalQueue, "dead_letter_queue", in.Queue, "dead_reason", env.DeadReason)
+	opts := deadletter.Options{AppID: a.ServiceName, TTL: a.DeadLetterTTL, Now: a.now}
+	err := deadletter.Publish(ctx, a.Publisher, in.Queue, env, opts)
+	switch {
+	case err == nil:
+		a.Metrics.deadLettered(in.Queue, env.DeadReason)
+		log.Info("envelope dead-lettered", "outcome", StatusSuccess)
+		return nil
+	case errors.Is(err, deadletter.ErrUnpublishable):
 		log.Error("envelope not dead-lettered", "outcome", "invalid-message", "error", err)
-		return temporal.NewNonRetryableApplicationError(
-			fmt.Sprintf("dead-letter message %q: %v", env.MessageID, err), ErrTypeInvalidMessage, err)
+		return temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeInvalidMessage, err)
 	}
-	body, err := json.Marshal(env)
-	if err != nil {
-		log.Error("envelope not dead-lettered", "outcome", "invalid-message", "error", err)
-		return temporal.NewNonRetryableApplicationError(
-			fmt.Sprintf("encode dead-letter envelope of message %q: %v", env.MessageID, err), ErrTypeInvalidMessage, err)
+	a.Metrics.deadLetterPublishFailed(in.Queue)
+	if errors.Is(err, broker.ErrUnroutable) {
+		log.Error("envelope not dead-lettered", "outcome", StatusUnroutable, "error", err)
+		return temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeUnroutable, err)
 	}
-	ts := env.RoutedToDlqAt
-	if ts.IsZero() {
-		ts = a.now()
-	}
-	pub := amqp.Publishing{
-		Headers: amqp.Table{
-			"x-dead-reason":    env.DeadReason,
-			"x-original-queue": env.OriginalQueue,
-		},
-		ContentType:   "application/json",
-		DeliveryMode:  amqp.Persistent,
-		CorrelationId: env.CorrelationID,
-		MessageId:     env.DLQID,
-		Timestamp:     ts,
-		AppId:         a.ServiceName,
-		Expiration:    expiration(a.DeadLetterTTL),
-		Body:          body,
-	}
-
-	if err := a.Publisher.Publish(ctx, "", in.Queue, true, pub); err != nil {
-		a.Metrics.deadLetterPublishFailed(in.Queue)
-		if errors.Is(err, broker.ErrUnroutable) {
-			log.Error("envelope not dead-lettered", "outcome", StatusUnroutable, "error", err)
-			return temporal.NewNonRetryableApplicationError(
-				fmt.Sprintf("dead-letter message %q to %q: %v", env.MessageID, in.Queue, err), ErrTypeUnroutable, err)
-		}
-		log.Warn("envelope not dead-lettered; will retry", "outcome", StatusFailed, "error", err)
-		return fmt.Errorf("dead-letter message %q to %q: %w", env.MessageID, in.Queue, err)
-	}
-	a.Metrics.deadLettered(in.Queue, env.DeadReason)
-	log.Info("envelope dead-lettered", "outcome", StatusSuccess)
-	return nil
+	log.Warn("envelope not dead-lettered; will retry", "outcome", StatusFailed, "error", err)
+	return err
 }

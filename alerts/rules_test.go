@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"gopkg.in/yaml.v3"
+
+	"retry-scheduler/internal/testenv"
 )
 
 const rulesFile = "retry-scheduler.rules.yml"
@@ -87,7 +89,7 @@ func TestRulesFile(t *testing.T) {
 		}
 	}
 
-	// Seed 004's thresholds, and the lateness SLO.
+	// The product's alert thresholds, and the lateness SLO.
 	for name, want := range map[string]string{
 		"RetrySchedulerDeadLetterInflowHigh": "> 10",
 		"RetrySchedulerDeadLetterStale":      "> 48 * 3600",
@@ -109,10 +111,7 @@ func TestRulesFile(t *testing.T) {
 
 // With promtool: the file is valid PromQL and the rules' unit tests pass.
 func TestRulesWithPromtool(t *testing.T) {
-	promtool, err := exec.LookPath("promtool")
-	if err != nil {
-		t.Skip("promtool not on PATH (apt-get install prometheus)")
-	}
+	promtool := testenv.LookPath(t, "promtool", "make tools, or apt-get install prometheus")
 	for _, args := range [][]string{
 		{"check", "rules", rulesFile},
 		{"test", "rules", "retry-scheduler.rules.test.yml"},

@@ -5,12 +5,12 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
 
+	"retry-scheduler/broker/brokertest"
 	"retry-scheduler/devserver"
 )
 
@@ -116,7 +116,7 @@ func parseConfig(args []string, stderr io.Writer) (options, error) {
 	fs.DurationVar(&c.DrainTimeout, "drain-timeout", 60*time.Second, "after the load, stop waiting for the last arrivals once none has come for this long (then: lost)")
 	fs.DurationVar(&c.DrainLimit, "drain-limit", 10*time.Minute, "after the load, stop waiting for the last arrivals after this long in any case")
 	fs.IntVar(&c.Publishers, "publishers", 16, "concurrent publishers (ingress) / workflow starters (ceiling)")
-	fs.StringVar(&c.RabbitMQURL, "rabbitmq-url", envOr("RABBITMQ_URL", "amqp://guest:guest@127.0.0.1:5672/"), "RabbitMQ (env RABBITMQ_URL)")
+	fs.StringVar(&c.RabbitMQURL, "rabbitmq-url", brokertest.URL(), "RabbitMQ (env RABBITMQ_URL)")
 	fs.StringVar(&c.TemporalCLI, "temporal-cli", devserver.DefaultBinary(), "Temporal CLI for the dev server (env TEMPORAL_CLI)")
 	dyn := &listFlag{vals: slices.Clone(defaultDynamicConfig)}
 	fs.Var(dyn, "dynamic-config", "dev server --dynamic-config-value KEY=VALUE (e.g. matching.numTaskqueueReadPartitions=1), repeatable")
@@ -200,11 +200,4 @@ func parseConfig(args []string, stderr io.Writer) (options, error) {
 		errs = append(errs, errors.New("-keep-up must be in (0, 1]"))
 	}
 	return c, errors.Join(errs...)
-}
-
-func envOr(key, def string) string {
-	if v, ok := os.LookupEnv(key); ok && v != "" {
-		return v
-	}
-	return def
 }

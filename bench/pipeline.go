@@ -14,7 +14,9 @@ import (
 	"go.temporal.io/sdk/client"
 
 	"retry-scheduler/broker"
+	"retry-scheduler/config"
 	"retry-scheduler/devserver"
+	"retry-scheduler/internal/proc"
 	"retry-scheduler/message"
 	"retry-scheduler/workflows"
 )
@@ -32,7 +34,7 @@ type pipeline struct {
 	c       options
 	env     *environment
 	srv     *devserver.Server
-	svc     *serviceProc
+	svc     *proc.Process
 	bcfg    broker.Config
 	pub     *broker.Publisher
 	ingress string
@@ -78,7 +80,7 @@ func runPipeline(ctx context.Context, c options, env *environment, phase string,
 
 func (p *pipeline) start(ctx context.Context, phase string) error {
 	// Queues first, so that close deletes them whatever happens next.
-	if err := broker.DeclareQueues(p.bcfg, p.ingress, p.dlq); err != nil {
+	if err := broker.DeclareQueues(p.bcfg, p.env.quiet, p.ingress, p.dlq); err != nil {
 		return fmt.Errorf("%s: %w", phase, err)
 	}
 	var err error
@@ -95,7 +97,7 @@ func (p *pipeline) start(ctx context.Context, phase string) error {
 	}
 	httpAddr := "127.0.0.1:" + strconv.Itoa(port)
 	args := []string{
-		"all",
+		config.ModeAll,
 		"-rabbitmq-url", p.c.RabbitMQURL,
 		"-temporal-address", p.srv.Address,
 		"-namespace", p.srv.Namespace,
@@ -134,7 +136,7 @@ func (p *pipeline) close() {
 		_ = p.pub.Close()
 	}
 	if p.svc != nil {
-		if err := p.svc.stop(); err != nil {
+		if err := p.svc.Stop(serviceStopGrace); err != nil {
 			p.env.log.Warn("stop service", "error", err)
 		}
 	}
@@ -150,7 +152,7 @@ func (p *pipeline) close() {
 func (p *pipeline) run(ctx context.Context, phase string, i int, l load) (step, error) {
 	name := phase + "-" + strconv.Itoa(i) + "-" + strconv.Itoa(l.rate)
 	original := p.env.prefix + "." + phase + ".orig-" + strconv.Itoa(i)
-	if err := broker.DeclareQueues(p.bcfg, original); err != nil {
+	if err := broker.DeclareQueues(p.bcfg, p.env.quiet, original); err != nil {
 		return step{}, fmt.Errorf("%s: %w", name, err)
 	}
 	defer deleteQueues(p.bcfg, original)
@@ -172,7 +174,7 @@ func (p *pipeline) run(ctx context.Context, phase string, i int, l load) (step, 
 		return step{}, fmt.Errorf("%s: consumer not attached to %s within 30s", name, original)
 	}
 
-	cpu := newCPUMeter(map[string]int{"server": p.srv.Pid(), "worker": p.svc.pid(), "bench": os.Getpid()})
+	cpu := newCPUMeter(map[string]int{"server": p.srv.Pid(), "worker": p.svc.Pid(), "bench": os.Getpid()})
 	start, end := pace(ctx, l.rate, l.duration, p.c.Publishers, func(ctx context.Context, seq int) {
 		p.send(ctx, original, name, seq, t)
 	})
@@ -208,11 +210,12 @@ func describeLost(ctx context.Context, tc client.Client, original, name string, 
 	var out []string
 	for _, seq := range seqs {
 		id := message.WorkflowID(original, name+"-"+strconv.Itoa(seq))
-		d, err := tc.DescribeWorkflowExecution(ctx, id, "")
+		desc, err := tc.DescribeWorkflow(ctx, id, "")
 		if err != nil {
 			out = append(out, fmt.Sprintf("%d: workflow %s: %v", seq, id, err))
 			continue
 		}
+		d := desc.RawResponse
 		info := d.GetWorkflowExecutionInfo()
 		status := "?"
 		if sa := info.GetSearchAttributes().GetIndexedFields()[workflows.SAStatus.GetName()]; sa != nil {
@@ -318,7 +321,7 @@ func (p *pipeline) consumeSession(ctx context.Context, queue string, t *tracker,
 			at := time.Now()
 			var pl payload
 			if err := json.Unmarshal(d.Body, &pl); err == nil {
-				key, _ := d.Headers["x-retry-key"].(string)
+				key, _ := d.Headers[message.HeaderRetryKey].(string)
 				t.arrived(pl.Seq, at, key)
 			}
 			_ = d.Ack(false)

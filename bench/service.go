@@ -5,16 +5,14 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"io"
 	"log/slog"
-	"net/http"
 	"os"
-	"os/exec"
 	"os/signal"
 	"syscall"
 	"time"
 
 	"retry-scheduler/config"
+	"retry-scheduler/internal/proc"
 	"retry-scheduler/service"
 )
 
@@ -52,88 +50,28 @@ func serve(args []string) int {
 	return 0
 }
 
-// serviceProc is a running service child process.
-type serviceProc struct {
-	cmd      *exec.Cmd
-	httpAddr string
-	logFile  string
-	done     chan struct{}
-	err      error
-}
-
 // startService starts `<this binary> serve args...` with env added to the environment, its
 // output appended to logFile, and waits until its /readyz answers 200.
-func startService(ctx context.Context, args, env []string, httpAddr, logFile string) (*serviceProc, error) {
+func startService(ctx context.Context, args, env []string, httpAddr, logFile string) (*proc.Process, error) {
 	self, err := os.Executable()
 	if err != nil {
 		return nil, fmt.Errorf("service: find own executable: %w", err)
 	}
-	logf, err := os.OpenFile(logFile, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	p, err := proc.Start(proc.Command{
+		Name:    "service",
+		Path:    self,
+		Args:    append([]string{serveArg}, args...),
+		Env:     append(os.Environ(), env...),
+		LogPath: logFile,
+	})
 	if err != nil {
-		return nil, fmt.Errorf("service: log file: %w", err)
+		return nil, err
 	}
-	cmd := exec.Command(self, append([]string{serveArg}, args...)...)
-	cmd.Env = append(os.Environ(), env...)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	// Its own process group, so a terminal's Ctrl-C reaches only the bench, which stops it
-	// gracefully; killed if the bench dies.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		logf.Close()
-		return nil, fmt.Errorf("service: start: %w", err)
-	}
-	p := &serviceProc{cmd: cmd, httpAddr: httpAddr, logFile: logFile, done: make(chan struct{})}
-	go func() {
-		p.err = cmd.Wait()
-		logf.Close()
-		close(p.done)
-	}()
-	if err := p.waitReady(ctx); err != nil {
-		_ = p.stop()
+	ctx, cancel := context.WithTimeout(ctx, serviceReadyTimeout)
+	defer cancel()
+	if err := p.AwaitReady(ctx, 100*time.Millisecond, proc.HTTPReady("http://"+httpAddr+"/readyz")); err != nil {
+		_ = p.Stop(serviceStopGrace)
 		return nil, err
 	}
 	return p, nil
-}
-
-func (p *serviceProc) pid() int { return p.cmd.Process.Pid }
-
-func (p *serviceProc) waitReady(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, serviceReadyTimeout)
-	defer cancel()
-	hc := &http.Client{Timeout: 2 * time.Second}
-	url := "http://" + p.httpAddr + "/readyz"
-	for {
-		if resp, err := hc.Get(url); err == nil {
-			_, _ = io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return nil
-			}
-		}
-		select {
-		case <-p.done:
-			return fmt.Errorf("service: exited during start-up (%v); log: %s", p.err, p.logFile)
-		case <-ctx.Done():
-			return fmt.Errorf("service: not ready at %s in time: %w; log: %s", url, ctx.Err(), p.logFile)
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
-}
-
-// stop sends SIGTERM and waits up to serviceStopGrace, then kills.
-func (p *serviceProc) stop() error {
-	select {
-	case <-p.done:
-		return nil
-	default:
-	}
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-p.done:
-		return nil
-	case <-time.After(serviceStopGrace):
-	}
-	_ = p.cmd.Process.Kill()
-	<-p.done
-	return fmt.Errorf("service: did not stop within %s of SIGTERM; killed", serviceStopGrace)
 }

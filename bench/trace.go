@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"retry-scheduler/message"
 	"slices"
 	"strconv"
 	"strings"
@@ -11,6 +10,8 @@ import (
 
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
+
+	"retry-scheduler/message"
 )
 
 // slowestTraced is how many of a step's latest messages get a timeline in the JSON.

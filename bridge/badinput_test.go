@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"retry-scheduler/deadletter"
 	"retry-scheduler/message"
 	"retry-scheduler/policy"
 )
@@ -270,7 +271,7 @@ func TestBadInputCatalogue(t *testing.T) {
 func envelopeFor(t *testing.T, d Delivery, pe *PoisonError, opts DecodeOptions) message.Envelope {
 	t.Helper()
 	ad := amqp.Delivery{Body: d.Body, Headers: d.Headers, ContentType: d.ContentType, MessageId: d.MessageID, CorrelationId: d.CorrelationID}
-	pub, err := envelopePublishing(poisonEnvelope(ad, pe, opts.withDefaults(), testNow))
+	pub, err := deadletter.Publishing(poisonEnvelope(ad, pe, opts.withDefaults(), testNow), deadletter.Options{})
 	require.NoError(t, err)
 	assert.Equal(t, pe.Kind, pub.Headers["x-dead-reason"])
 	var env message.Envelope

@@ -1,9 +1,12 @@
 package bridge
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"mime"
+	"strconv"
 	"strings"
 	"time"
 
@@ -84,7 +87,8 @@ type DecodeOptions struct {
 	Now func() time.Time
 }
 
-// DefaultDeadLetterQueue is the manual-review queue of seed 000.
+// DefaultDeadLetterQueue is the manual-review queue: where a message goes when retrying cannot
+// help and its route names no dead-letter queue of its own.
 const DefaultDeadLetterQueue = "manual-review.pending"
 
 func (o DecodeOptions) withDefaults() DecodeOptions {
@@ -168,7 +172,7 @@ func Decode(d Delivery, opts DecodeOptions) (message.FailureReport, error) {
 		rep message.FailureReport
 		err error
 	)
-	_, hasXDeath := d.Headers["x-death"]
+	_, hasXDeath := d.Headers[message.HeaderDeath]
 	switch {
 	case hasXDeath && (mediaType == "" || isJSON(mediaType)) && looksLikeRetryMessage(d.Body):
 		rep, err = decodeJSON(d, opts)
@@ -205,16 +209,6 @@ func Decode(d Delivery, opts DecodeOptions) (message.FailureReport, error) {
 	}
 	return rep, nil
 }
-
-// Headers of the dead-lettered form beyond the error detail of SPEC §3 (seed 001's metadata
-// and the event type). x-error-type and x-stack-trace are failure detail: never republished.
-const (
-	HeaderErrorType      = "x-error-type"
-	HeaderStackTrace     = "x-stack-trace"
-	HeaderService        = "x-service"
-	HeaderServiceVersion = "x-service-version"
-	HeaderEventType      = "x-event-type"
-)
 
 // checkKeywords refuses values that travel into Keyword search attributes and would not fit:
 // Temporal's SQL visibility stores would refuse the write, for ever.
@@ -315,12 +309,36 @@ func checkCount(field string, v int64) *PoisonError {
 	return nil
 }
 
-func checkRetryAfter(field string, d time.Duration) *PoisonError {
-	if d < 0 {
-		return poisonf("%s is negative", field)
+// parseInteger reads a decimal integer, or a number with an integral value ("3.0", "1e3"),
+// since JSON does not tell integers from floats.
+func parseInteger(s string) (int64, bool) {
+	if n, err := strconv.ParseInt(s, 10, 64); err == nil {
+		return n, true
 	}
-	if d > MaxRetryAfter {
-		return poisonf("%s is over the limit of 30 days", field)
+	f, ok := parseDecimal(s)
+	if !ok {
+		return 0, false
 	}
-	return nil
+	return integral(f)
+}
+
+// parseDecimal reads a number in JSON's syntax, which encoding/json checks: strconv.ParseFloat
+// alone would also take hex, underscores, "Inf" and "NaN".
+func parseDecimal(s string) (float64, bool) {
+	if s == "" || (s[0] != '-' && (s[0] < '0' || s[0] > '9')) || !json.Valid([]byte(s)) {
+		return 0, false
+	}
+	f, err := strconv.ParseFloat(s, 64)
+	if err != nil || math.IsInf(f, 0) {
+		return 0, false
+	}
+	return f, true
+}
+
+// truncate cuts s to n bytes for an error message, marking the cut.
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
 }

@@ -4,12 +4,12 @@ import (
 	"bytes"
 	"encoding/base64"
 	"encoding/json"
-	"math"
-	"strconv"
+	"errors"
+	"reflect"
+	"strings"
 	"time"
 
 	"retry-scheduler/message"
-	"retry-scheduler/policy"
 )
 
 // looksLikeRetryMessage reports whether body is a JSON object with an original_queue key: the
@@ -27,293 +27,285 @@ func looksLikeRetryMessage(body []byte) bool {
 	return ok
 }
 
-// jsonFields reads typed fields from a JSON object, keeping the first problem. JSON null
-// counts as absent, so that producers that serialise empty optionals as null are not poison.
-type jsonFields struct {
-	raw map[string]json.RawMessage
-	err *PoisonError
+// retryMessageJSON is the JSON RetryMessage as the bridge reads it: message.RetryMessage's
+// fields (a test keeps the two in step), typed so that encoding/json reads them and a value of
+// the wrong type is an *json.UnmarshalTypeError naming its field. JSON null counts as absent,
+// so that producers that serialise empty optionals as null are not poison; the pointers tell
+// an absent field from an empty one where the two mean different things. Unknown fields are
+// ignored, so producers may send more; as everywhere in encoding/json, a key matches its field
+// in any letter case.
+type retryMessageJSON struct {
+	MessageID       string       `json:"message_id"`
+	OriginalPayload *string      `json:"original_payload"` // standard base64
+	OriginalQueue   *string      `json:"original_queue"`
+	ErrorReason     string       `json:"error_reason"`
+	RetryCount      *wholeNumber `json:"retry_count"`
+	MaxRetries      *wholeNumber `json:"max_retries"`
+	// NextRetryAtMs is the producer's own schedule; the policy decides here, so it is only
+	// type-checked.
+	NextRetryAtMs *wholeNumber `json:"next_retry_at_ms"`
+
+	OriginalExchange    string       `json:"original_exchange"`
+	OriginalRoutingKey  string       `json:"original_routing_key"`
+	OriginalHeaders     jsonObject   `json:"original_headers"`
+	OriginalContentType string       `json:"original_content_type"`
+	ErrorCategory       string       `json:"error_category"`
+	HTTPStatus          *wholeNumber `json:"http_status"`
+	ErrorCode           string       `json:"error_code"`
+	RetryAfterMs        *wholeNumber `json:"retry_after_ms"`
+	Policy              string       `json:"policy"`
+	TenantID            string       `json:"tenant_id"`
+	CorrelationID       string       `json:"correlation_id"`
+	RetryKey            string       `json:"retry_key"`
+	Service             string       `json:"service"`
+	ServiceVersion      string       `json:"service_version"`
+	ErrorType           string       `json:"error_type"`
+	StackTrace          string       `json:"stack_trace"`
+	EventType           string       `json:"event_type"`
 }
 
-func (f *jsonFields) get(key string) (json.RawMessage, bool) {
-	if f.err != nil {
-		return nil, false
-	}
-	v, ok := f.raw[key]
-	if !ok || string(v) == "null" {
-		return nil, false
-	}
-	return v, true
-}
+// wholeNumber is an integer field. JSON does not tell integers from floats, so a number with
+// an integral value counts (3.0, 1e2); a fraction, a number beyond int64 or any other type is
+// an *json.UnmarshalTypeError.
+type wholeNumber int64
 
-func (f *jsonFields) str(key string) string {
-	v, ok := f.get(key)
-	if !ok {
-		return ""
-	}
-	var s string
-	if err := json.Unmarshal(v, &s); err != nil {
-		f.err = poisonf("%s must be a string, got %s", key, jsonKind(v))
-		return ""
-	}
-	return s
-}
-
-func (f *jsonFields) integer(key string) (int64, bool) {
-	v, ok := f.get(key)
-	if !ok {
-		return 0, false
-	}
-	if jsonKind(v) != "a number" {
-		f.err = poisonf("%s must be an integer, got %s", key, jsonKind(v))
-		return 0, false
-	}
-	n, ok := parseInteger(string(v))
-	if !ok {
-		f.err = poisonf("%s must be an integer, got %s", key, truncate(string(v), 40))
-		return 0, false
-	}
-	return n, true
-}
-
-func (f *jsonFields) object(key string) map[string]any {
-	v, ok := f.get(key)
-	if !ok {
+func (n *wholeNumber) UnmarshalJSON(b []byte) error {
+	kind := jsonKind(b)
+	if kind == "null" {
 		return nil
 	}
-	if jsonKind(v) != "an object" {
-		f.err = poisonf("%s must be an object, got %s", key, jsonKind(v))
-		return nil
+	if kind == "number" {
+		if v, ok := parseInteger(string(b)); ok {
+			*n = wholeNumber(v)
+			return nil
+		}
+		kind = "number " + truncate(string(b), 40)
 	}
-	dec := json.NewDecoder(bytes.NewReader(v))
+	return &json.UnmarshalTypeError{Value: kind, Type: reflect.TypeFor[wholeNumber]()}
+}
+
+// value is the number, or false when the field was absent or null.
+func (n *wholeNumber) value() (int64, bool) {
+	if n == nil {
+		return 0, false
+	}
+	return int64(*n), true
+}
+
+// jsonObject is an object field whose numbers stay json.Number, so that an integer header
+// keeps every digit (float64 would round those past 2^53).
+type jsonObject map[string]any
+
+func (o *jsonObject) UnmarshalJSON(b []byte) error {
+	switch kind := jsonKind(b); kind {
+	case "null":
+		return nil
+	case "object":
+	default:
+		return &json.UnmarshalTypeError{Value: kind, Type: reflect.TypeFor[jsonObject]()}
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.UseNumber()
 	var m map[string]any
 	if err := dec.Decode(&m); err != nil {
-		f.err = poisonf("%s must be an object: %v", key, err)
-		return nil
+		return err
 	}
-	return m
+	*o = m
+	return nil
 }
 
-// decodeJSON decodes a JSON RetryMessage strictly: every wrong type or out-of-range value is
-// poison, naming the field, because a producer sending it is broken and retrying cannot mend it.
-func decodeJSON(d Delivery, opts DecodeOptions) (message.FailureReport, error) {
-	var raw map[string]json.RawMessage
-	if err := json.Unmarshal(d.Body, &raw); err != nil {
-		return message.FailureReport{}, poisonf("body is not a JSON object: %v", err)
-	}
-	if raw == nil {
-		return message.FailureReport{}, poisonf("body is JSON null, not a RetryMessage object")
-	}
-	f := &jsonFields{raw: raw}
-
-	queue := f.str("original_queue")
-	id := f.str("message_id")
-	fail := func(pe *PoisonError) (message.FailureReport, error) {
-		pe.OriginalQueue, pe.MessageID = queue, id
-		return message.FailureReport{}, pe
-	}
-	if f.err != nil {
-		return fail(f.err)
-	}
-	if _, ok := f.get("original_queue"); !ok {
-		return fail(poisonf("original_queue is missing"))
-	}
-	if pe := checkName("original_queue", queue, true); pe != nil {
-		return fail(pe)
-	}
-	if _, ok := f.get("original_payload"); !ok {
-		return fail(poisonf("original_payload is missing"))
-	}
-	payloadB64 := f.str("original_payload")
-	if f.err != nil {
-		return fail(f.err)
-	}
-	payload, err := base64.StdEncoding.DecodeString(payloadB64)
-	if err != nil {
-		return fail(poisonf("original_payload is not standard base64: %v", err))
-	}
-
-	var rep message.FailureReport
-	m := &rep.Message
-	m.Payload = payload
-	m.OriginalQueue = queue
-	m.OriginalExchange = f.str("original_exchange")
-	m.OriginalRoutingKey = f.str("original_routing_key")
-	m.TenantID = f.str("tenant_id")
-	m.CorrelationID = f.str("correlation_id")
-	m.Properties.ContentType = f.str("original_content_type")
-	rep.Failure = policy.Failure{
-		Reason:    f.str("error_reason"),
-		Category:  f.str("error_category"),
-		ErrorCode: f.str("error_code"),
-	}
-	rep.RetryKey = f.str("retry_key")
-	rep.Service = f.str("service")
-	rep.ServiceVersion = f.str("service_version")
-	errorType, stackTrace := f.str("error_type"), f.str("stack_trace")
-	m.EventType = f.str("event_type")
-	policyName := f.str("policy")
-	headers := f.object("original_headers")
-	if f.err != nil {
-		return fail(f.err)
-	}
-	if pe := checkName("original_exchange", m.OriginalExchange, false); pe != nil {
-		return fail(pe)
-	}
-	if pe := checkName("original_routing_key", m.OriginalRoutingKey, false); pe != nil {
-		return fail(pe)
-	}
-
-	for _, c := range []struct {
-		key string
-		dst *int
-	}{{"retry_count", &rep.RetryCount}, {"max_retries", &rep.MaxRetries}} {
-		n, ok := f.integer(c.key)
-		if f.err != nil {
-			return fail(f.err)
-		}
-		if !ok {
-			continue
-		}
-		if pe := checkCount(c.key, n); pe != nil {
-			return fail(pe)
-		}
-		*c.dst = int(n)
-	}
-	if status, ok := f.integer("http_status"); ok {
-		if status < 0 || status > 999 {
-			return fail(poisonf("http_status %d is not an HTTP status code", status))
-		}
-		rep.Failure.HTTPStatus = int(status)
-	}
-	if ms, ok := f.integer("retry_after_ms"); ok {
-		if ms < 0 {
-			return fail(poisonf("retry_after_ms is negative (%d)", ms))
-		}
-		if ms > MaxRetryAfter.Milliseconds() {
-			return fail(poisonf("retry_after_ms is %d, over the limit of 30 days", ms))
-		}
-		rep.Failure.RetryAfter = time.Duration(ms) * time.Millisecond
-	}
-	// next_retry_at_ms is the producer's own schedule; the policy decides here, so it is only
-	// type-checked.
-	f.integer("next_retry_at_ms")
-	if f.err != nil {
-		return fail(f.err)
-	}
-
-	if m.CorrelationID == "" {
-		m.CorrelationID = d.CorrelationID
-	}
-	if m.EventType == "" && headers != nil {
-		// The original message's own header, as the dead-lettered form reads it.
-		if v, ok := header(headers, HeaderEventType); ok {
-			m.EventType, _ = headerString(v)
-		}
-	}
-	rep.Notes = append(rep.Notes, setErrorDetail(&rep, errorType, stackTrace)...)
-	if headers != nil {
-		hc := &headerConverter{}
-		for _, k := range sortedKeys(headers) {
-			if !opts.keepHeader(k) {
-				continue
-			}
-			if v, ok := hc.value(headers[k], k, 0); ok {
-				if m.Headers == nil {
-					m.Headers = make(map[string]any, len(headers))
-				}
-				m.Headers[k] = v
-			}
-		}
-		rep.Notes = append(rep.Notes, hc.notes...)
-	}
-	rep.Source = SourceRetryMessage
-	return finish(rep, policyName, id, opts), nil
-}
-
-// jsonKind names the JSON type of a raw value for error messages.
-func jsonKind(v json.RawMessage) string {
-	v = bytes.TrimLeft(v, " \t\r\n")
+// jsonKind names the JSON type of a raw value as encoding/json's errors do ("string",
+// "number", "bool", "array", "object", "null"). encoding/json hands an Unmarshaler the value
+// alone, already checked to be valid JSON, so its first byte tells.
+func jsonKind(v []byte) string {
 	if len(v) == 0 {
 		return "nothing"
 	}
 	switch v[0] {
 	case '"':
-		return "a string"
+		return "string"
 	case '{':
-		return "an object"
+		return "object"
 	case '[':
-		return "an array"
+		return "array"
 	case 't', 'f':
-		return "a boolean"
+		return "bool"
 	case 'n':
 		return "null"
 	}
-	return "a number"
+	return "number"
 }
 
-// parseInteger accepts a decimal integer, or a number with an integral value ("3.0", "1e3"),
-// since JSON does not tell integers from floats.
-func parseInteger(s string) (int64, bool) {
-	if n, err := strconv.ParseInt(s, 10, 64); err == nil {
-		return n, true
+// jsonPoison turns what encoding/json refused into a poison reason: a body that is not one
+// JSON object says so, and a value of the wrong type names its field ("retry_count must be an
+// integer, got a string").
+func jsonPoison(err error) *PoisonError {
+	var te *json.UnmarshalTypeError
+	if !errors.As(err, &te) {
+		return poisonf("body is not a JSON object: %v", err)
 	}
-	f, ok := parseDecimal(s)
-	if !ok {
-		return 0, false
+	if te.Field == "" {
+		return poisonf("body is not a JSON object: got %s", describeJSONValue(te.Value))
 	}
-	return integral(f)
+	return poisonf("%s must be %s, got %s", te.Field, describeJSONType(te.Type), describeJSONValue(te.Value))
 }
 
-// parseDecimal accepts JSON number syntax only: no hex, underscores, "Inf" or "NaN", which
-// strconv.ParseFloat would take.
-func parseDecimal(s string) (float64, bool) {
-	if !isJSONNumber(s) {
-		return 0, false
+// describeJSONType names what a field of the wire struct wants.
+func describeJSONType(t reflect.Type) string {
+	switch t {
+	case reflect.TypeFor[wholeNumber]():
+		return "an integer"
+	case reflect.TypeFor[jsonObject]():
+		return "an object"
+	case reflect.TypeFor[string]():
+		return "a string"
 	}
-	f, err := strconv.ParseFloat(s, 64)
-	if err != nil || math.IsInf(f, 0) {
-		return 0, false
-	}
-	return f, true
+	return "of type " + t.String()
 }
 
-func isJSONNumber(s string) bool {
-	i := 0
-	if i < len(s) && s[i] == '-' {
-		i++
+// describeJSONValue turns an UnmarshalTypeError's Value ("bool", "number 1.5") into words:
+// "a boolean", "1.5".
+func describeJSONValue(v string) string {
+	if lit, ok := strings.CutPrefix(v, "number "); ok {
+		return lit
 	}
-	digits := func() int {
-		start := i
-		for i < len(s) && s[i] >= '0' && s[i] <= '9' {
-			i++
-		}
-		return i - start
+	switch v {
+	case "bool":
+		return "a boolean"
+	case "array", "object":
+		return "an " + v
+	case "string", "number":
+		return "a " + v
 	}
-	if digits() == 0 {
-		return false
-	}
-	if i < len(s) && s[i] == '.' {
-		i++
-		if digits() == 0 {
-			return false
-		}
-	}
-	if i < len(s) && (s[i] == 'e' || s[i] == 'E') {
-		i++
-		if i < len(s) && (s[i] == '+' || s[i] == '-') {
-			i++
-		}
-		if digits() == 0 {
-			return false
-		}
-	}
-	return i == len(s)
+	return v
 }
 
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
+// decodeJSON decodes a JSON RetryMessage strictly: every wrong type or out-of-range value is
+// poison, naming the field, because a producer sending it is broken and retrying cannot mend it.
+func decodeJSON(d Delivery, opts DecodeOptions) (message.FailureReport, error) {
+	var w *retryMessageJSON
+	if err := json.Unmarshal(d.Body, &w); err != nil {
+		pe := jsonPoison(err)
+		pe.OriginalQueue, pe.MessageID = poisonNames(d.Body)
+		return message.FailureReport{}, pe
 	}
-	return s[:n] + "…"
+	if w == nil {
+		return message.FailureReport{}, poisonf("body is JSON null, not a RetryMessage object")
+	}
+	rep, pe := w.report()
+	if pe != nil {
+		if w.OriginalQueue != nil {
+			pe.OriginalQueue = *w.OriginalQueue
+		}
+		pe.MessageID = w.MessageID
+		return message.FailureReport{}, pe
+	}
+	if rep.Message.CorrelationID == "" {
+		rep.Message.CorrelationID = d.CorrelationID
+	}
+	if rep.Message.EventType == "" && w.OriginalHeaders != nil {
+		// The original message's own header, as the dead-lettered form reads it.
+		if v, ok := header(map[string]any(w.OriginalHeaders), message.HeaderEventType); ok {
+			rep.Message.EventType, _ = headerString(v)
+		}
+	}
+	rep.Notes = append(rep.Notes, setErrorDetail(&rep, w.ErrorType, w.StackTrace)...)
+	var notes []string
+	rep.Message.Headers, notes = jsonHeaders(w.OriginalHeaders, opts)
+	rep.Notes = append(rep.Notes, notes...)
+	rep.Source = SourceRetryMessage
+	return finish(rep, w.Policy, w.MessageID, opts), nil
+}
+
+// poisonNames reads the queue and id of a body whose fields do not all have their types, to
+// name it in its envelope: a field of the wrong type here stays empty.
+func poisonNames(body []byte) (queue, id string) {
+	var names struct {
+		OriginalQueue string `json:"original_queue"`
+		MessageID     string `json:"message_id"`
+	}
+	_ = json.Unmarshal(body, &names) // the error is the poison already reported
+	return names.OriginalQueue, names.MessageID
+}
+
+// report checks the values' ranges and copies them into a report; the caller adds what the
+// delivery and the options contribute.
+func (w *retryMessageJSON) report() (message.FailureReport, *PoisonError) {
+	var rep message.FailureReport
+	if w.OriginalQueue == nil {
+		return rep, poisonf("original_queue is missing")
+	}
+	if pe := checkName("original_queue", *w.OriginalQueue, true); pe != nil {
+		return rep, pe
+	}
+	if w.OriginalPayload == nil {
+		return rep, poisonf("original_payload is missing")
+	}
+	payload, err := base64.StdEncoding.DecodeString(*w.OriginalPayload)
+	if err != nil {
+		return rep, poisonf("original_payload is not standard base64: %v", err)
+	}
+	if pe := checkName("original_exchange", w.OriginalExchange, false); pe != nil {
+		return rep, pe
+	}
+	if pe := checkName("original_routing_key", w.OriginalRoutingKey, false); pe != nil {
+		return rep, pe
+	}
+	for _, c := range []struct {
+		key string
+		n   *wholeNumber
+		dst *int
+	}{{"retry_count", w.RetryCount, &rep.RetryCount}, {"max_retries", w.MaxRetries, &rep.MaxRetries}} {
+		n, ok := c.n.value()
+		if !ok {
+			continue
+		}
+		if pe := checkCount(c.key, n); pe != nil {
+			return rep, pe
+		}
+		*c.dst = int(n)
+	}
+	if status, ok := w.HTTPStatus.value(); ok {
+		if status < 0 || status > 999 {
+			return rep, poisonf("http_status %d is not an HTTP status code", status)
+		}
+		rep.Failure.HTTPStatus = int(status)
+	}
+	if ms, ok := w.RetryAfterMs.value(); ok {
+		if ms < 0 {
+			return rep, poisonf("retry_after_ms is negative (%d)", ms)
+		}
+		if ms > MaxRetryAfter.Milliseconds() {
+			return rep, poisonf("retry_after_ms is %d, over the limit of 30 days", ms)
+		}
+		rep.Failure.RetryAfter = time.Duration(ms) * time.Millisecond
+	}
+
+	m := &rep.Message
+	m.Payload = payload
+	m.OriginalQueue = *w.OriginalQueue
+	m.OriginalExchange = w.OriginalExchange
+	m.OriginalRoutingKey = w.OriginalRoutingKey
+	m.TenantID = w.TenantID
+	m.CorrelationID = w.CorrelationID
+	m.EventType = w.EventType
+	m.Properties.ContentType = w.OriginalContentType
+	rep.Failure.Reason = w.ErrorReason
+	rep.Failure.Category = w.ErrorCategory
+	rep.Failure.ErrorCode = w.ErrorCode
+	rep.RetryKey = w.RetryKey
+	rep.Service = w.Service
+	rep.ServiceVersion = w.ServiceVersion
+	return rep, nil
+}
+
+// jsonHeaders converts original_headers into the report's headers: the kept ones, in a
+// stable order, with notes on what was dropped.
+func jsonHeaders(headers map[string]any, opts DecodeOptions) (map[string]any, []string) {
+	if headers == nil {
+		return nil, nil
+	}
+	var hc message.HeaderConverter
+	out := hc.Convert(headers, opts.allowHeader)
+	return out, hc.Notes
 }

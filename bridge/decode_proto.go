@@ -9,24 +9,39 @@ import (
 	"retry-scheduler/message"
 )
 
-// protoField names seed 000's RetryMessage fields for error messages.
-var protoField = map[protowire.Number]string{
-	1: "message_id",
-	2: "original_payload",
-	3: "original_queue",
-	4: "error_reason",
-	5: "retry_count",
-	6: "max_retries",
-	7: "next_retry_at_ms",
+// protoFields are the fields of RetryMessage's protobuf form by number, with their names and
+// proto types as message/retrymessage.proto declares them (a test keeps the two in step).
+var protoFields = map[protowire.Number]protoField{
+	1: {"message_id", "string"},
+	2: {"original_payload", "bytes"},
+	3: {"original_queue", "string"},
+	4: {"error_reason", "string"},
+	5: {"retry_count", "int32"},
+	6: {"max_retries", "int32"},
+	7: {"next_retry_at_ms", "int64"},
 }
 
-// decodeProtobuf decodes seed 000's RetryMessage by hand from the wire format (the contract is
-// seven fields; generated code would be more to maintain than this). Unknown fields are
-// skipped, so producers may extend the message; malformed wire data and known fields with the
-// wrong wire type are poison. As in proto3, an absent original_payload is an empty payload.
-// The JSON form's optional fields (event_type, error_type, stack_trace, service, ...) have no
-// field number in the seed's contract, so a protobuf report carries none of them; numbering
-// them here would be a contract of our own.
+// protoField is one field of RetryMessage's protobuf form.
+type protoField struct {
+	name, protoType string
+}
+
+// wireType is how the field is encoded: strings and bytes length-delimited, the integers as
+// varints.
+func (f protoField) wireType() protowire.Type {
+	if f.protoType == "string" || f.protoType == "bytes" {
+		return protowire.BytesType
+	}
+	return protowire.VarintType
+}
+
+// decodeProtobuf decodes RetryMessage from the wire format by hand (the contract is seven
+// fields; generated code would be more to maintain than this). Unknown fields are skipped, so
+// producers may extend the message; malformed wire data and known fields with the wrong wire
+// type are poison. As in proto3, an absent original_payload is an empty payload. The JSON
+// form's optional fields (event_type, error_type, stack_trace, service, ...) have no field
+// number in the contract, so a protobuf report carries none of them; numbering them here
+// would be a contract of our own.
 func decodeProtobuf(d Delivery, opts DecodeOptions) (message.FailureReport, error) {
 	var (
 		rep      message.FailureReport
@@ -46,7 +61,7 @@ func decodeProtobuf(d Delivery, opts DecodeOptions) (message.FailureReport, erro
 			return fail(poisonf("malformed protobuf: %v", protowire.ParseError(n)))
 		}
 		b = b[n:]
-		name, known := protoField[num]
+		field, known := protoFields[num]
 		if !known {
 			n = protowire.ConsumeFieldValue(num, typ, b)
 			if n < 0 {
@@ -55,11 +70,12 @@ func decodeProtobuf(d Delivery, opts DecodeOptions) (message.FailureReport, erro
 			b = b[n:]
 			continue
 		}
-		switch num {
-		case 1, 2, 3, 4:
-			if typ != protowire.BytesType {
-				return fail(poisonf("%s (field %d) has wire type %d, want length-delimited", name, num, typ))
-			}
+		name := field.name
+		if want := field.wireType(); typ != want {
+			return fail(poisonf("%s (field %d) has wire type %d, want %s", name, num, typ, wireTypeName(want)))
+		}
+		switch typ {
+		case protowire.BytesType:
 			v, n := protowire.ConsumeBytes(b)
 			if n < 0 {
 				return fail(poisonf("malformed protobuf in %s (field %d): %v", name, num, protowire.ParseError(n)))
@@ -82,10 +98,7 @@ func decodeProtobuf(d Delivery, opts DecodeOptions) (message.FailureReport, erro
 			case 4:
 				rep.Failure.Reason = strings.ToValidUTF8(string(v), "\uFFFD")
 			}
-		case 5, 6, 7:
-			if typ != protowire.VarintType {
-				return fail(poisonf("%s (field %d) has wire type %d, want varint", name, num, typ))
-			}
+		case protowire.VarintType:
 			v, n := protowire.ConsumeVarint(b)
 			if n < 0 {
 				return fail(poisonf("malformed protobuf in %s (field %d): %v", name, num, protowire.ParseError(n)))
@@ -123,4 +136,11 @@ func decodeProtobuf(d Delivery, opts DecodeOptions) (message.FailureReport, erro
 	m.CorrelationID = d.CorrelationID
 	rep.Source = SourceRetryMessage
 	return finish(rep, "", id, opts), nil
+}
+
+func wireTypeName(t protowire.Type) string {
+	if t == protowire.BytesType {
+		return "length-delimited"
+	}
+	return "varint"
 }

@@ -251,7 +251,8 @@ func TestDecodeJSONPoison(t *testing.T) {
 		queue  string // OriginalQueue expected on the error
 	}{
 		{name: "not JSON", body: `{"original_queue":`, reason: "not a JSON object"},
-		{name: "JSON array", body: `[1,2]`, reason: "not a JSON object"},
+		{name: "JSON array", body: `[1,2]`, reason: "body is not a JSON object: got an array"},
+		{name: "JSON string", body: `"orders"`, reason: "body is not a JSON object: got a string"},
 		{name: "JSON null", body: `null`, reason: "JSON null"},
 		{name: "trailing garbage", body: `{"original_queue":"q","original_payload":""} x`, reason: "not a JSON object"},
 		{name: "missing original_queue", edit: func(f map[string]any) { delete(f, "original_queue") }, reason: "original_queue is missing"},
@@ -278,6 +279,9 @@ func TestDecodeJSONPoison(t *testing.T) {
 		{name: "original_exchange too long", edit: func(f map[string]any) { f["original_exchange"] = long }, reason: "original_exchange is 256 bytes long", queue: "orders"},
 		{name: "original_routing_key too long", edit: func(f map[string]any) { f["original_routing_key"] = long }, reason: "original_routing_key is 256 bytes long", queue: "orders"},
 		{name: "next_retry_at_ms a string", edit: func(f map[string]any) { f["next_retry_at_ms"] = "soon" }, reason: "next_retry_at_ms must be an integer, got a string", queue: "orders"},
+		{name: "http_status fractional", edit: func(f map[string]any) { f["http_status"] = 503.5 }, reason: "http_status must be an integer, got 503.5", queue: "orders"},
+		{name: "retry_after_ms an object", edit: func(f map[string]any) { f["retry_after_ms"] = map[string]any{} }, reason: "retry_after_ms must be an integer, got an object", queue: "orders"},
+		{name: "tenant_id a boolean", edit: func(f map[string]any) { f["tenant_id"] = false }, reason: "tenant_id must be a string, got a boolean", queue: "orders"},
 		{name: "retry_count overflows int64", body: `{"original_queue":"orders","original_payload":"","retry_count":1e30}`, reason: "retry_count must be an integer", queue: "orders"},
 	}
 	for _, tc := range cases {
@@ -295,6 +299,34 @@ func TestDecodeJSONPoison(t *testing.T) {
 			assert.Equal(t, tc.queue, pe.OriginalQueue)
 			assert.NotEmpty(t, pe.MessageID)
 		})
+	}
+}
+
+// Integer fields and integer headers take JSON's number syntax, with an integral value when
+// written as a fraction or with an exponent.
+func TestParseInteger(t *testing.T) {
+	for s, want := range map[string]int64{
+		"3": 3, "-3": -3, "+3": 3, "3.0": 3, "1e2": 100, "1E+2": 100, "-0": 0, "-0.0": 0,
+		"9223372036854775807": math.MaxInt64, "2.5e1": 25,
+	} {
+		n, ok := parseInteger(s)
+		if assert.True(t, ok, "%q", s) {
+			assert.Equal(t, want, n, "%q", s)
+		}
+	}
+	for _, s := range []string{"", "1.5", "1e30", "1e400", "0x10", "1_000", "Inf", "NaN", " 3", "3 ", ".5", "1.", "--1", "1e", "true"} {
+		_, ok := parseInteger(s)
+		assert.False(t, ok, "%q", s)
+	}
+	for s, want := range map[string]float64{"1.5": 1.5, "-2.25e1": -22.5, "0": 0} {
+		f, ok := parseDecimal(s)
+		if assert.True(t, ok, "%q", s) {
+			assert.Equal(t, want, f, "%q", s)
+		}
+	}
+	for _, s := range []string{"", "1e400", "0x1p3", "1_0.5", "NaN", "-Inf", ".5", "+1.5", "1.5 x"} {
+		_, ok := parseDecimal(s)
+		assert.False(t, ok, "%q", s)
 	}
 }
 
@@ -339,7 +371,7 @@ func TestDecodeOversize(t *testing.T) {
 	assert.Equal(t, KindOversize, requirePoison(t, err).Kind, "default limit is 512 KiB")
 }
 
-// protoMessage encodes seed 000's RetryMessage by hand.
+// protoMessage encodes RetryMessage's protobuf form by hand.
 type protoMessage struct {
 	id, queue, reason   string
 	payload             []byte

@@ -25,7 +25,7 @@ type xDeathEntry struct {
 func firstXDeath(headers amqp.Table) (xDeathEntry, *PoisonError) {
 	var e xDeathEntry
 	var first any
-	switch list := headers["x-death"].(type) {
+	switch list := headers[message.HeaderDeath].(type) {
 	case []any:
 		if len(list) == 0 {
 			return e, poisonf("x-death header is an empty array")
@@ -106,7 +106,7 @@ func decodeXDeath(d Delivery, opts DecodeOptions) (message.FailureReport, error)
 	}
 
 	var rep message.FailureReport
-	if v, ok := header(d.Headers, "x-retry-count"); ok {
+	if v, ok := header(d.Headers, message.HeaderRetryCount); ok {
 		n, ok := headerInt(v)
 		if !ok {
 			return fail(poisonf("x-retry-count header must be an integer, got %s", describe(v)))
@@ -117,7 +117,7 @@ func decodeXDeath(d Delivery, opts DecodeOptions) (message.FailureReport, error)
 		rep.RetryCount = int(n)
 	}
 
-	notes := &headerConverter{}
+	notes := &message.HeaderConverter{}
 	str := func(name string) string {
 		v, ok := header(d.Headers, name)
 		if !ok || v == nil {
@@ -125,7 +125,7 @@ func decodeXDeath(d Delivery, opts DecodeOptions) (message.FailureReport, error)
 		}
 		s, ok := headerString(v)
 		if !ok {
-			notes.dropf("%s header ignored: not a string", name)
+			notes.Dropf("%s header ignored: not a string", name)
 		}
 		return s
 	}
@@ -149,54 +149,54 @@ func decodeXDeath(d Delivery, opts DecodeOptions) (message.FailureReport, error)
 		Timestamp:       d.Timestamp,
 	}
 	m.CorrelationID = d.CorrelationID
-	m.TenantID = str("x-tenant-id")
-	m.Headers = notes.amqpHeaders(d.Headers, opts)
+	m.TenantID = str(message.HeaderTenantID)
+	m.Headers = notes.Convert(d.Headers, opts.allowHeader)
 
-	rep.Failure.Reason = str("x-error-reason")
+	rep.Failure.Reason = str(message.HeaderErrorReason)
 	if rep.Failure.Reason == "" {
 		rep.Failure.Reason = "dead-lettered from queue " + e.queue
 		if e.reason != "" {
 			rep.Failure.Reason += " (" + e.reason + ")"
 		}
 	}
-	rep.Failure.Category = str("x-error-category")
-	if v, ok := header(d.Headers, "x-error-code"); ok && v != nil {
+	rep.Failure.Category = str(message.HeaderErrorCategory)
+	if v, ok := header(d.Headers, message.HeaderErrorCode); ok && v != nil {
 		if s, ok := headerString(v); ok {
 			rep.Failure.ErrorCode = s
 		} else if n, ok := headerInt(v); ok {
 			rep.Failure.ErrorCode = strconv.FormatInt(n, 10)
 		} else {
-			notes.dropf("x-error-code header ignored: not a string or integer")
+			notes.Dropf("x-error-code header ignored: not a string or integer")
 		}
 	}
-	if v, ok := header(d.Headers, "x-http-status"); ok && v != nil {
+	if v, ok := header(d.Headers, message.HeaderHTTPStatus); ok && v != nil {
 		if n, ok := headerInt(v); ok && n >= 0 && n <= 999 {
 			rep.Failure.HTTPStatus = int(n)
 		} else {
-			notes.dropf("x-http-status header ignored: %s is not an HTTP status code", describe(v))
+			notes.Dropf("x-http-status header ignored: %s is not an HTTP status code", describe(v))
 		}
 	}
-	if v, ok := header(d.Headers, "x-retry-after"); ok && v != nil {
+	if v, ok := header(d.Headers, message.HeaderRetryAfter); ok && v != nil {
 		if ra, err := parseRetryAfter(v, opts.Now()); err != nil {
-			notes.dropf("x-retry-after header ignored: %v", err)
+			notes.Dropf("x-retry-after header ignored: %v", err)
 		} else {
 			rep.Failure.RetryAfter = ra
 		}
 	}
-	if key := str("x-retry-key"); len(key) > maxRetryKeyLen {
-		notes.dropf("x-retry-key header ignored: over %d bytes", maxRetryKeyLen)
+	if key := str(message.HeaderRetryKey); len(key) > maxRetryKeyLen {
+		notes.Dropf("x-retry-key header ignored: over %d bytes", maxRetryKeyLen)
 	} else {
 		rep.RetryKey = key
 	}
-	rep.Service = str(HeaderService)
-	rep.ServiceVersion = str(HeaderServiceVersion)
-	m.EventType = str(HeaderEventType)
+	rep.Service = str(message.HeaderService)
+	rep.ServiceVersion = str(message.HeaderServiceVersion)
+	m.EventType = str(message.HeaderEventType)
 	if m.EventType == "" {
 		m.EventType = d.Type
 	}
-	notes.notes = append(notes.notes, setErrorDetail(&rep, str(HeaderErrorType), str(HeaderStackTrace))...)
-	policyName := str("x-retry-policy")
-	rep.Notes = notes.notes
+	notes.Notes = append(notes.Notes, setErrorDetail(&rep, str(message.HeaderErrorType), str(message.HeaderStackTrace))...)
+	policyName := str(message.HeaderRetryPolicy)
+	rep.Notes = notes.Notes
 	rep.Source = SourceDeadLetter
 	return finish(rep, policyName, d.MessageID, opts), nil
 }

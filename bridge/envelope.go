@@ -1,14 +1,15 @@
 package bridge
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"fmt"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"retry-scheduler/deadletter"
 	"retry-scheduler/message"
 	"retry-scheduler/policy"
 )
@@ -33,12 +34,12 @@ func poisonEnvelope(d amqp.Delivery, pe *PoisonError, opts DecodeOptions, now ti
 	h.Write(body)
 	dlqID := pe.Kind + "-" + hex.EncodeToString(h.Sum(nil))[:32]
 
-	hc := &headerConverter{}
+	var hc message.HeaderConverter
 	orig := message.Message{
 		MessageID:     id,
 		Payload:       body,
 		OriginalQueue: pe.OriginalQueue,
-		Headers:       hc.amqpHeaders(d.Headers, opts),
+		Headers:       hc.Convert(d.Headers, opts.allowHeader),
 		Properties: message.Properties{
 			ContentType:     d.ContentType,
 			ContentEncoding: d.ContentEncoding,
@@ -50,7 +51,7 @@ func poisonEnvelope(d amqp.Delivery, pe *PoisonError, opts DecodeOptions, now ti
 		},
 		CorrelationID: d.CorrelationId,
 	}
-	if et, ok := header(d.Headers, HeaderEventType); ok {
+	if et, ok := header(d.Headers, message.HeaderEventType); ok {
 		orig.EventType, _ = headerString(et)
 	}
 	if orig.EventType == "" {
@@ -78,30 +79,9 @@ func poisonEnvelope(d amqp.Delivery, pe *PoisonError, opts DecodeOptions, now ti
 	}
 }
 
-// envelopePublishing is the persistent AMQP message carrying env, with the same headers the
-// worker's dead-letter publish sets.
-func envelopePublishing(env message.Envelope) (amqp.Publishing, error) {
-	body, err := json.Marshal(env)
-	if err != nil {
-		// Header values are converted to JSON-safe types, so this is a bug; keep the raw bytes
-		// rather than lose the message.
-		env.OriginalMessage.Headers = nil
-		if body, err = json.Marshal(env); err != nil {
-			return amqp.Publishing{}, fmt.Errorf("encode envelope: %w", err)
-		}
-	}
-	headers := amqp.Table{"x-dead-reason": env.DeadReason}
-	if env.OriginalQueue != "" {
-		headers["x-original-queue"] = env.OriginalQueue
-	}
-	return amqp.Publishing{
-		Headers:       headers,
-		ContentType:   "application/json",
-		DeliveryMode:  amqp.Persistent,
-		CorrelationId: env.CorrelationID,
-		MessageId:     env.DLQID,
-		Timestamp:     env.RoutedToDlqAt,
-		AppId:         serviceName,
-		Body:          body,
-	}, nil
+// publishEnvelope publishes the envelope of a poison or oversize delivery to the dead-letter
+// queue with a confirm. It never expires: if its parked workflow is refused, the envelope
+// alone stands for the delivery.
+func (b *Bridge) publishEnvelope(ctx context.Context, env message.Envelope) error {
+	return deadletter.Publish(ctx, b.dlq, b.cfg.DeadLetterQueue, env, deadletter.Options{AppID: b.cfg.ServiceName})
 }

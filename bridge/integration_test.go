@@ -13,7 +13,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"os/exec"
 	"strings"
 	"sync"
@@ -27,15 +26,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"retry-scheduler/broker"
+	"retry-scheduler/broker/brokertest"
+	"retry-scheduler/internal/testenv"
 	"retry-scheduler/message"
 )
-
-func amqpURL() string {
-	if u := os.Getenv("RABBITMQ_URL"); u != "" {
-		return u
-	}
-	return "amqp://guest:guest@127.0.0.1:5672/"
-}
 
 // recordingStarter records reports and can be made to fail; every call is an event on calls.
 type recordingStarter struct {
@@ -111,7 +105,7 @@ type fixture struct {
 	connName string
 	admin    *amqp.Connection
 	ch       *amqp.Channel
-	reporter  *recordingStarter
+	reporter *recordingStarter
 	bridge   *Bridge
 	metrics  *Metrics
 
@@ -129,12 +123,12 @@ func newFixture(t *testing.T, cfg Config) *fixture {
 		ingress:  "bridge-it-" + t.Name() + "-" + suffix,
 		dlq:      "bridge-it-" + t.Name() + "-dlq-" + suffix,
 		connName: "bridge-it-" + suffix,
-		reporter:  newRecordingStarter(),
+		reporter: newRecordingStarter(),
 	}
 	var err error
-	f.admin, err = amqp.Dial(amqpURL())
+	f.admin, err = amqp.Dial(brokertest.URL())
 	if err != nil {
-		t.Skipf("no RabbitMQ at %s: %v", broker.RedactURL(amqpURL()), err)
+		testenv.Missing(t, "no RabbitMQ at %s: %v", broker.RedactURL(brokertest.URL()), err)
 	}
 	f.ch, err = f.admin.Channel()
 	require.NoError(t, err)
@@ -153,7 +147,7 @@ func newFixture(t *testing.T, cfg Config) *fixture {
 		_ = f.admin.Close()
 	})
 
-	pub := broker.NewPublisher(broker.Config{URL: amqpURL(), ConnectionName: f.connName + "-dlq"}, nil)
+	pub := broker.NewPublisher(broker.Config{URL: brokertest.URL(), ConnectionName: f.connName + "-dlq"}, nil)
 	t.Cleanup(func() { _ = pub.Close() })
 
 	cfg.Queue = f.ingress
@@ -173,7 +167,7 @@ func newFixture(t *testing.T, cfg Config) *fixture {
 // dial is broker.Dial with a connection name only this test uses, remembering each
 // connection so that the test can have the broker close exactly those.
 func (f *fixture) dial() (*amqp.Connection, error) {
-	c, err := broker.Dial(broker.Config{URL: amqpURL(), ConnectionName: f.connName})
+	c, err := broker.Dial(broker.Config{URL: brokertest.URL(), ConnectionName: f.connName})
 	if err != nil {
 		return nil, err
 	}
@@ -187,7 +181,7 @@ func (f *fixture) dial() (*amqp.Connection, error) {
 func (f *fixture) dialWithRecovery() (*amqp.Connection, error) {
 	props := amqp.NewConnectionProperties()
 	props.SetClientConnectionName(f.connName)
-	c, err := amqp.DialConfig(amqpURL(), amqp.Config{
+	c, err := amqp.DialConfig(brokertest.URL(), amqp.Config{
 		Properties: props,
 		Recovery: &amqp.Recovery{ReconnectionConfig: &amqp.ReconnectionConfig{
 			MaxRetryCount: 10, RetryInterval: time.Millisecond,
@@ -475,9 +469,7 @@ func TestIntegrationConnectionClosedMidStreamRecoveryDial(t *testing.T) {
 }
 
 func testConnectionClosedMidStream(t *testing.T, recovery bool) {
-	if _, err := exec.LookPath("rabbitmqctl"); err != nil {
-		t.Skip("rabbitmqctl not available")
-	}
+	testenv.LookPath(t, "rabbitmqctl", "RabbitMQ's own CLI, installed with rabbitmq-server")
 	f := newFixture(t, Config{Prefetch: 32, Workers: 8, ReportTimeout: 20 * time.Second})
 	if recovery {
 		f.bridge.dial = f.dialWithRecovery
@@ -496,7 +488,7 @@ func testConnectionClosedMidStream(t *testing.T, recovery bool) {
 	}
 	go func() {
 		// Published from its own connection so that the close hits only the bridge.
-		conn, err := amqp.Dial(amqpURL())
+		conn, err := amqp.Dial(brokertest.URL())
 		if err != nil {
 			t.Errorf("dial publisher: %v", err)
 			return

@@ -2,14 +2,14 @@
 // dialing with explicit timeouts, a confirm-mode publisher pool and queue declaration.
 //
 // Automatic connection recovery of amqp091-go is deliberately not used: after it recovers,
-// delivery tags from the old connection ack different messages (SPEC §8). Callers reconnect
-// explicitly instead; the Publisher does so on the next Publish after a connection loss.
+// acking a delivery received before the recovery acks a different message, one that may not
+// have been handled. Callers reconnect explicitly instead, and never ack a delivery from an
+// older connection; the Publisher reconnects on the next Publish after a connection loss.
 package broker
 
 import (
 	"crypto/tls"
 	"net/url"
-	"strings"
 	"time"
 )
 
@@ -22,8 +22,20 @@ type Config struct {
 	Heartbeat      time.Duration // Defaults to 10s.
 	PublishTimeout time.Duration // deadline for a publisher confirm. Defaults to 10s.
 	Channels       int           // publisher channel pool size. Defaults to 16.
-	QueueType      string        // "classic" or "quorum" for queues this service declares. Defaults to "classic".
+	QueueType      string        // QueueTypeClassic or QueueTypeQuorum for queues this service declares. Defaults to classic.
 }
+
+// DefaultURL is the broker of a local installation (RabbitMQ's default guest account).
+const DefaultURL = "amqp://guest:guest@127.0.0.1:5672/"
+
+// UnparseableURL is what RedactURL shows in place of a URL that does not parse.
+const UnparseableURL = "(unparseable URL)"
+
+// Queue types of the queues this service declares (Config.QueueType).
+const (
+	QueueTypeClassic = "classic"
+	QueueTypeQuorum  = "quorum"
+)
 
 // Defaults applied by WithDefaults.
 const (
@@ -32,8 +44,6 @@ const (
 	DefaultHeartbeat      = 10 * time.Second
 	DefaultPublishTimeout = 10 * time.Second
 	DefaultChannels       = 16
-	QueueTypeClassic      = "classic"
-	QueueTypeQuorum       = "quorum"
 )
 
 // WithDefaults returns c with every unset (zero or negative) field set to its default.
@@ -59,30 +69,13 @@ func (c Config) WithDefaults() Config {
 	return c
 }
 
-// redacted is what RedactURL puts in place of a password (the same marker as net/url's Redacted).
-const redacted = "xxxxx"
-
-// RedactURL returns raw with its password replaced by "xxxxx", so that a URL can appear in logs
-// and errors. A URL that does not parse is redacted by hand rather than returned as is, since
-// an unparsable URL is exactly the one that ends up in an error message.
+// RedactURL returns raw with its password replaced by "xxxxx" (net/url's marker), so that a
+// URL can appear in logs, errors and the configuration's String. A URL that does not parse is
+// hidden whole: guessing where its password ends could leak part of it.
 func RedactURL(raw string) string {
-	if u, err := url.Parse(raw); err == nil {
-		return u.Redacted()
+	u, err := url.Parse(raw)
+	if err != nil {
+		return UnparseableURL
 	}
-	// By hand: scheme://user:password@host... → scheme://user:xxxxx@host...
-	scheme, rest, ok := strings.Cut(raw, "://")
-	if !ok {
-		// Not a URL we understand; it may still carry a secret, so show none of it.
-		return redacted
-	}
-	at := strings.LastIndex(rest, "@")
-	if at < 0 {
-		return raw
-	}
-	userinfo, host := rest[:at], rest[at+1:]
-	user, _, hasPassword := strings.Cut(userinfo, ":")
-	if !hasPassword {
-		return raw
-	}
-	return scheme + "://" + user + ":" + redacted + "@" + host
+	return u.Redacted()
 }

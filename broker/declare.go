@@ -59,13 +59,13 @@ func Topology(cfg Config, ingress, deadLetterQueue string, otherDeadLetterQueues
 	return append(qs, Queue{Name: ingress, Args: IngressArgs(cfg, deadLetterQueue)})
 }
 
-// DeclareQueues declares durable queues of cfg.QueueType with no other argument.
-func DeclareQueues(cfg Config, names ...string) error {
+// DeclareQueues declares durable queues of cfg.QueueType with no other argument (see Declare).
+func DeclareQueues(cfg Config, logger *slog.Logger, names ...string) error {
 	qs := make([]Queue, 0, len(names))
 	for _, n := range names {
 		qs = append(qs, Queue{Name: n, Args: QueueArgs(cfg)})
 	}
-	return Declare(cfg, qs...)
+	return Declare(cfg, logger, qs...)
 }
 
 // Declare declares durable queues, in order, on a connection of its own.
@@ -73,9 +73,12 @@ func DeclareQueues(cfg Config, names ...string) error {
 // A queue that already exists with other arguments (another queue type, no dead-letter
 // route, ...) makes the broker answer 406 PRECONDITION_FAILED; such a queue is accepted as it
 // is once a passive declare shows it exists, so that the service starts against queues an
-// operator set up differently, and a warning says what it lacks.
-func Declare(cfg Config, queues ...Queue) error {
+// operator set up differently, and a warning on logger (nil: none) says what it lacks.
+func Declare(cfg Config, logger *slog.Logger, queues ...Queue) error {
 	cfg = cfg.WithDefaults()
+	if logger == nil {
+		logger = discard
+	}
 	if cfg.QueueType != QueueTypeClassic && cfg.QueueType != QueueTypeQuorum {
 		return fmt.Errorf("declare queues: queue type %q is neither %q nor %q", cfg.QueueType, QueueTypeClassic, QueueTypeQuorum)
 	}
@@ -112,7 +115,7 @@ func Declare(cfg Config, queues ...Queue) error {
 		if _, perr := ch.QueueDeclarePassive(name, true, false, false, false, nil); perr != nil {
 			return fmt.Errorf("declare queue %q: %w (passive declare: %v)", name, amqpErr, perr)
 		}
-		slog.Default().Warn("queue exists with other arguments; using it as it is (a dead-letter route, if wanted, can be set by policy: see the README)",
+		logger.Warn("queue exists with other arguments; using it as it is (a dead-letter route, if wanted, can be set by policy: see the README)",
 			"queue", name, "wanted_arguments", fmt.Sprint(q.Args), "broker_says", amqpErr.Reason)
 	}
 	return nil

@@ -4,8 +4,9 @@ package broker
 
 import (
 	"fmt"
-	"os"
 	"os/exec"
+	"retry-scheduler/broker/brokertest"
+	"retry-scheduler/internal/testenv"
 	"runtime"
 	"strings"
 	"sync/atomic"
@@ -15,13 +16,6 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/require"
 )
-
-func rabbitURL() string {
-	if u := os.Getenv("RABBITMQ_URL"); u != "" {
-		return u
-	}
-	return "amqp://guest:guest@127.0.0.1:5672/"
-}
 
 var nameSeq atomic.Int64
 
@@ -35,7 +29,7 @@ func uniqueName(t *testing.T, what string) string {
 // testConn is the test's own connection, for declaring and consuming.
 func testConn(t *testing.T) *amqp.Connection {
 	t.Helper()
-	conn, err := Dial(Config{URL: rabbitURL(), ConnectionName: uniqueName(t, "observer")})
+	conn, err := Dial(Config{URL: brokertest.URL(), ConnectionName: uniqueName(t, "observer")})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = conn.Close() })
 	return conn
@@ -60,7 +54,7 @@ func tempQueue(t *testing.T, conn *amqp.Connection, args amqp.Table) string {
 }
 
 func deleteQueue(t *testing.T, name string) {
-	conn, err := Dial(Config{URL: rabbitURL(), ConnectionName: uniqueName(t, "cleanup")})
+	conn, err := Dial(Config{URL: brokertest.URL(), ConnectionName: uniqueName(t, "cleanup")})
 	if err != nil {
 		t.Logf("cleanup: %v", err)
 		return
@@ -104,13 +98,11 @@ func receive(t *testing.T, d <-chan amqp.Delivery) amqp.Delivery {
 // connection is closed; close_all_connections would break other tests sharing the broker.
 func closeConnectionByName(t *testing.T, name string) {
 	t.Helper()
-	if _, err := exec.LookPath("rabbitmqctl"); err != nil {
-		t.Skip("rabbitmqctl not available")
-	}
+	testenv.LookPath(t, "rabbitmqctl", "RabbitMQ's own CLI, installed with rabbitmq-server")
 	// The table format prints the pid as close_connection wants it (the JSON one does not).
 	out, err := exec.Command("rabbitmqctl", "list_connections", "pid", "client_properties", "-q", "--no-table-headers").Output()
 	if err != nil {
-		t.Skipf("rabbitmqctl list_connections: %v (not root?)", err)
+		testenv.Missing(t, "rabbitmqctl list_connections: %v (not root?)", err)
 	}
 	want := fmt.Sprintf(`{"connection_name",%q}`, name)
 	for line := range strings.Lines(string(out)) {

@@ -30,6 +30,9 @@ var (
 	ErrClosed = errors.New("publisher closed")
 )
 
+// discard is the logger of a caller that passes none.
+var discard = slog.New(slog.DiscardHandler)
+
 // Publisher publishes with publisher confirms over a pool of channels on one connection.
 // It is safe for concurrent use: each channel carries one publish at a time, so a confirm and
 // a basic.return on a channel always belong to the publish that holds it.
@@ -80,12 +83,13 @@ type confirmChannel struct {
 	closedSeen  bool
 }
 
-// NewPublisher returns a Publisher for cfg (defaults applied). It does not connect yet, so a
-// broker that is down at start-up does not stop the process; the first Publish reports it.
+// NewPublisher returns a Publisher for cfg (defaults applied) that logs its connection's
+// life on logger (nil: nowhere). It does not connect yet, so a broker that is down at
+// start-up does not stop the process; the first Publish reports it.
 func NewPublisher(cfg Config, logger *slog.Logger) *Publisher {
 	cfg = cfg.WithDefaults()
 	if logger == nil {
-		logger = slog.Default()
+		logger = discard
 	}
 	p := &Publisher{
 		cfg:      cfg,

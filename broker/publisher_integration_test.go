@@ -3,10 +3,12 @@
 package broker
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"retry-scheduler/broker/brokertest"
 	"runtime"
 	"sync"
 	"testing"
@@ -19,7 +21,7 @@ import (
 
 func newTestPublisher(t *testing.T, cfg Config) *Publisher {
 	t.Helper()
-	cfg.URL = rabbitURL()
+	cfg.URL = brokertest.URL()
 	if cfg.ConnectionName == "" {
 		cfg.ConnectionName = uniqueName(t, "publisher")
 	}
@@ -269,7 +271,7 @@ func TestCloseLeavesNoGoroutines(t *testing.T) {
 	q := tempQueue(t, conn, nil)
 	before := runtime.NumGoroutine()
 
-	p := NewPublisher(Config{URL: rabbitURL(), ConnectionName: uniqueName(t, "publisher")}, nil)
+	p := NewPublisher(Config{URL: brokertest.URL(), ConnectionName: uniqueName(t, "publisher")}, nil)
 	var wg sync.WaitGroup
 	for range 32 {
 		wg.Go(func() {
@@ -303,9 +305,13 @@ func TestDeclareQueues(t *testing.T) {
 	_, err = ch.QueueDeclare(existing, true, false, false, false, amqp.Table{"x-queue-type": "quorum"})
 	require.NoError(t, err)
 
-	require.NoError(t, DeclareQueues(Config{URL: rabbitURL()}, classic, existing))
-	require.NoError(t, DeclareQueues(Config{URL: rabbitURL()}, classic), "idempotent")
-	require.NoError(t, DeclareQueues(Config{URL: rabbitURL(), QueueType: QueueTypeQuorum}, quorum))
+	var logged bytes.Buffer
+	require.NoError(t, DeclareQueues(Config{URL: brokertest.URL()}, slog.New(slog.NewTextHandler(&logged, nil)), classic, existing))
+	assert.Contains(t, logged.String(), "queue exists with other arguments")
+	assert.Contains(t, logged.String(), "queue="+existing, "the warning names the queue")
+	assert.NotContains(t, logged.String(), "queue="+classic+" ")
+	require.NoError(t, DeclareQueues(Config{URL: brokertest.URL()}, nil, classic), "idempotent")
+	require.NoError(t, DeclareQueues(Config{URL: brokertest.URL(), QueueType: QueueTypeQuorum}, nil, quorum))
 
 	// Durable and declared: a passive declare on a fresh channel finds them.
 	for _, q := range []string{classic, quorum, existing} {
@@ -318,7 +324,7 @@ func TestDeclareQueues(t *testing.T) {
 	require.ErrorAs(t, err, &amqpErr)
 	assert.Equal(t, amqp.PreconditionFailed, amqpErr.Code)
 
-	require.Error(t, DeclareQueues(Config{URL: rabbitURL()}, ""), "empty names are refused")
+	require.Error(t, DeclareQueues(Config{URL: brokertest.URL()}, nil, ""), "empty names are refused")
 }
 
 // A quorum ingress queue declared by the service keeps a message that ran out of deliveries:
@@ -329,8 +335,8 @@ func TestQuorumIngressDeadLettersOverTheDeliveryLimit(t *testing.T) {
 	for _, q := range []string{ingress, dlq} {
 		t.Cleanup(func() { deleteQueue(t, q) })
 	}
-	cfg := Config{URL: rabbitURL(), QueueType: QueueTypeQuorum}
-	require.NoError(t, Declare(cfg, Topology(cfg, ingress, dlq)...))
+	cfg := Config{URL: brokertest.URL(), QueueType: QueueTypeQuorum}
+	require.NoError(t, Declare(cfg, nil, Topology(cfg, ingress, dlq)...))
 
 	ch, err := conn.Channel()
 	require.NoError(t, err)

@@ -1,6 +1,6 @@
 //go:build integration
 
-package broker
+package broker_test
 
 import (
 	"context"
@@ -13,9 +13,13 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"retry-scheduler/broker"
 	"retry-scheduler/broker/brokertest"
 	"retry-scheduler/config"
 )
+
+// This file is an external test (package broker_test) because it loads the service's settings
+// with config, which imports broker.
 
 // AMQP over TLS against a private RabbitMQ node whose certificates the test made itself
 // (brokertest.StartTLSNode): the shared broker on 5672 is not touched.
@@ -23,8 +27,8 @@ func TestTLS(t *testing.T) {
 	node := brokertest.StartTLSNode(t)
 
 	t.Run("publishes and consumes with the CA and a client certificate", func(t *testing.T) {
-		cfg := Config{URL: node.URL, TLS: node.TLSConfig(t), ConnectionName: uniqueName(t, "tls")}
-		conn, err := Dial(cfg)
+		cfg := broker.Config{URL: node.URL, TLS: node.TLSConfig(t), ConnectionName: "test.broker.tls"}
+		conn, err := broker.Dial(cfg)
 		require.NoError(t, err)
 		defer conn.Close()
 		ch, err := conn.Channel()
@@ -35,12 +39,17 @@ func TestTLS(t *testing.T) {
 		deliveries, err := ch.Consume(q.Name, "", true, true, false, false, nil)
 		require.NoError(t, err)
 
-		pub := NewPublisher(cfg, nil)
+		pub := broker.NewPublisher(cfg, nil)
 		defer pub.Close()
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		require.NoError(t, pub.Publish(ctx, "", q.Name, true, amqp.Publishing{MessageId: "tls-1", Body: []byte("over TLS")}))
-		d := receive(t, deliveries)
+		var d amqp.Delivery
+		select {
+		case d = <-deliveries:
+		case <-ctx.Done():
+			t.Fatal("no message within 10s")
+		}
 		assert.Equal(t, "tls-1", d.MessageId)
 		assert.Equal(t, []byte("over TLS"), d.Body)
 
@@ -60,7 +69,7 @@ func TestTLS(t *testing.T) {
 		require.NoError(t, err)
 		tc, err := cfg.RabbitMQTLS()
 		require.NoError(t, err)
-		conn, err := Dial(Config{URL: cfg.RabbitMQURL, TLS: tc})
+		conn, err := broker.Dial(broker.Config{URL: cfg.RabbitMQURL, TLS: tc})
 		require.NoError(t, err)
 		_ = conn.Close()
 	})
@@ -71,7 +80,7 @@ func TestTLS(t *testing.T) {
 		pool.AddCert(other.Cert)
 		tc := node.TLSConfig(t)
 		tc.RootCAs = pool
-		_, err := Dial(Config{URL: node.URL, TLS: tc, DialTimeout: 5 * time.Second})
+		_, err := broker.Dial(broker.Config{URL: node.URL, TLS: tc, DialTimeout: 5 * time.Second})
 		require.Error(t, err)
 		assert.Contains(t, err.Error(), "certificate signed by unknown authority")
 		assert.Contains(t, err.Error(), "amqps://guest:xxxxx@localhost")
@@ -81,13 +90,13 @@ func TestTLS(t *testing.T) {
 	t.Run("no client certificate is refused by the broker", func(t *testing.T) {
 		tc := node.TLSConfig(t)
 		tc.Certificates = nil
-		_, err := Dial(Config{URL: node.URL, TLS: tc, DialTimeout: 5 * time.Second})
+		_, err := broker.Dial(broker.Config{URL: node.URL, TLS: tc, DialTimeout: 5 * time.Second})
 		require.Error(t, err)
 		t.Logf("without a client certificate: %v", err)
 	})
 
 	t.Run("plain amqp to the TLS port fails", func(t *testing.T) {
-		_, err := Dial(Config{URL: strings.Replace(node.URL, "amqps://", "amqp://", 1), DialTimeout: 3 * time.Second})
+		_, err := broker.Dial(broker.Config{URL: strings.Replace(node.URL, "amqps://", "amqp://", 1), DialTimeout: 3 * time.Second})
 		require.Error(t, err)
 	})
 }

@@ -1,5 +1,5 @@
 // Package codec encrypts Temporal payloads with AES-256-GCM for messages that carry
-// personal data (SPEC §8): with it, Temporal's history, the Web UI and the CLI see only
+// personal data: with it, Temporal's history, the Web UI and the CLI see only
 // ciphertext unless they go through the codec endpoint (see Handler).
 //
 // Each encrypted payload names the key that sealed it in its metadata, so keys rotate: a

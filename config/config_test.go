@@ -3,6 +3,11 @@ package config
 import (
 	"bytes"
 	"flag"
+	"retry-scheduler/bridge"
+	"retry-scheduler/broker"
+	"retry-scheduler/policy"
+	"retry-scheduler/worker"
+	"retry-scheduler/workflows"
 	"strings"
 	"testing"
 	"time"
@@ -10,6 +15,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
+
+// allSettings are the settings, bound to a configuration the test does not use.
+func allSettings() []setting { return (&Config{}).settings() }
 
 func env(kv ...string) func(string) (string, bool) {
 	m := map[string]string{}
@@ -99,7 +107,7 @@ func TestEnvAndFlags(t *testing.T) {
 		{"LOG_LEVEL", "DEBUG", "log-level", "warn", func(c Config) any { return c.LogLevel }, "debug", "warn"},
 		{"METRICS_INTERVAL", "30s", "metrics-interval", "1m", func(c Config) any { return c.MetricsInterval }, 30 * time.Second, time.Minute},
 		{"QUEUE_TYPE", "quorum", "queue-type", "classic", func(c Config) any { return c.QueueType }, "quorum", "classic"},
-		{"API_TOKENS", "a:viewer=0123456789abcdef", "api-tokens", "b:admin=fedcba9876543210", func(c Config) any { return c.APITokens }, "a:viewer=0123456789abcdef", "b:admin=fedcba9876543210"},
+		{"API_TOKENS", "a:viewer=0123456789abcdef", "api-tokens", "b:admin=fedcba9876543210", func(c Config) any { return c.APITokens.Reveal() }, "a:viewer=0123456789abcdef", "b:admin=fedcba9876543210"},
 		{"API_TOKENS_FILE", "/etc/tokens", "api-tokens-file", "./tokens", func(c Config) any { return c.APITokensFile }, "/etc/tokens", "./tokens"},
 		{"API_AUTH", "OFF", "api-auth", "tokens", func(c Config) any { return c.APIAuth }, "off", "tokens"},
 		{"REPLAY_RATE", "5", "replay-rate", "50", func(c Config) any { return c.ReplayRate }, 5, 50},
@@ -121,7 +129,7 @@ func TestEnvAndFlags(t *testing.T) {
 			assert.Equal(t, tt.fromFlag, tt.get(c), "flag alone")
 		})
 	}
-	for _, st := range settings {
+	for _, st := range allSettings() {
 		// The security settings need files and each other: TestSecurityEnvAndFlags has them.
 		assert.True(t, covered[st.env] || securityTested[st.env], "setting %s has no test", st.env)
 	}
@@ -242,8 +250,8 @@ func TestHelp(t *testing.T) {
 	}
 	var b bytes.Buffer
 	Usage(&b)
-	for _, st := range settings {
-		assert.Contains(t, b.String(), "-"+st.flag+"  (env "+st.env+")")
+	for _, st := range allSettings() {
+		assert.Contains(t, b.String(), "-"+st.flag()+"  (env "+st.env+")")
 	}
 	assert.Contains(t, b.String(), `"amqp://guest:xxxxx@127.0.0.1:5672/"`)
 	assert.NotContains(t, b.String(), "guest:guest")
@@ -261,8 +269,8 @@ func TestString(t *testing.T) {
 
 	c.RabbitMQURL = "amqp://u:secret@mq:port/"
 	assert.NotContains(t, c.String(), "secret")
-	assert.Equal(t, "(unparseable URL)", RedactURL(c.RabbitMQURL))
-	assert.Equal(t, "amqp://mq/", RedactURL("amqp://mq/"))
+	assert.Equal(t, "(unparseable URL)", broker.RedactURL(c.RabbitMQURL))
+	assert.Equal(t, "amqp://mq/", broker.RedactURL("amqp://mq/"))
 }
 
 // API tokens never show in String or Usage; API_AUTH and REPLAY_RATE are checked.
@@ -278,4 +286,80 @@ func TestAPISettings(t *testing.T) {
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "API_AUTH")
 	assert.Contains(t, err.Error(), "REPLAY_RATE")
+}
+
+func TestParseDuration(t *testing.T) {
+	for in, want := range map[string]time.Duration{
+		"30d": 30 * 24 * time.Hour, " 1d ": 24 * time.Hour, "0d": 0,
+		"90s": 90 * time.Second, "1h30m": 90 * time.Minute, "250ms": 250 * time.Millisecond,
+	} {
+		got, err := ParseDuration(in)
+		require.NoError(t, err, in)
+		assert.Equal(t, want, got, in)
+	}
+	for _, in := range []string{"", "10", "xd", "1.5d", "d", "1w", "213504d", "-213504d"} {
+		_, err := ParseDuration(in)
+		assert.Error(t, err, in)
+	}
+}
+
+// Each flag is its environment variable in lower kebab case (a *_MS variable's flag drops the
+// suffix: it takes a duration); the shorter names flags had before still work.
+func TestFlagsMirrorEnv(t *testing.T) {
+	for _, st := range allSettings() {
+		want := strings.ToLower(strings.ReplaceAll(strings.TrimSuffix(st.env, "_MS"), "_", "-"))
+		assert.Equal(t, want, st.flag(), st.env)
+	}
+	for _, tt := range []struct {
+		flag, short, val string
+		get              func(Config) any
+		want             any
+	}{
+		{"temporal-namespace", "namespace", "ns", func(c Config) any { return c.Namespace }, "ns"},
+		{"temporal-task-queue", "task-queue", "tq", func(c Config) any { return c.TaskQueue }, "tq"},
+		{"bridge-prefetch", "prefetch", "7", func(c Config) any { return c.Prefetch }, 7},
+		{"dead-letter-retention", "retention", "2d", func(c Config) any { return c.Retention }, 48 * time.Hour},
+	} {
+		for _, name := range []string{tt.flag, tt.short} {
+			c, err := Load([]string{"-" + name, tt.val}, nil)
+			require.NoError(t, err, name)
+			assert.Equal(t, tt.want, tt.get(c), name)
+		}
+	}
+	// A bad value names the flag as it was given.
+	_, err := Load([]string{"-prefetch", "x"}, nil)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), `-prefetch: "x" is not a whole number`)
+
+	var b bytes.Buffer
+	Usage(&b)
+	assert.Contains(t, b.String(), "-temporal-namespace  (env TEMPORAL_NAMESPACE) or -namespace\n")
+	assert.Contains(t, b.String(), "-base-delay  (env BASE_DELAY_MS)\n")
+}
+
+// Defaults come from the packages that own them.
+func TestDefaultsReferenceTheirHomes(t *testing.T) {
+	d := Default()
+	def := policy.Builtins()[policy.DefaultName]
+	assert.Equal(t, def.MaxRetries, d.DefaultMaxRetries)
+	assert.Equal(t, def.Backoff.Initial, d.BaseDelay)
+	assert.Equal(t, def.Backoff.Max, d.MaxDelay)
+	assert.Equal(t, bridge.DefaultQueue, d.RetryQueue)
+	assert.Equal(t, bridge.DefaultPrefetch, d.Prefetch)
+	assert.Equal(t, workflows.DefaultTaskQueue, d.TaskQueue)
+	assert.Equal(t, workflows.DefaultRetention, d.Retention)
+	assert.Equal(t, worker.DefaultWorkflowPollers, d.WorkflowPollers)
+	assert.Equal(t, broker.QueueTypeClassic, d.QueueType)
+}
+
+func TestNewLogger(t *testing.T) {
+	c, err := Load(nil, env("LOG_LEVEL", "warn"))
+	require.NoError(t, err)
+	var b bytes.Buffer
+	l := c.NewLogger(&b)
+	l.Info("hidden")
+	l.Warn("shown", "token", Secret("s3cr3t"))
+	assert.NotContains(t, b.String(), "hidden")
+	assert.Contains(t, b.String(), `"msg":"shown"`)
+	assert.Contains(t, b.String(), `"token":"xxxxx"`)
 }

@@ -22,82 +22,60 @@ const (
 	TLSOff  = "false"
 )
 
-// redactedSecret is what String and Usage show in place of a secret that is set.
-const redactedSecret = "xxxxx"
-
 // minCodecTokenLen keeps the codec token from being guessable.
 const minCodecTokenLen = 16
 
-// secret renders a secret setting: whether it is set, never its value.
-func secret(f func(*Config) *string) (func(*Config, string, string) error, func(Config) string) {
-	set, _ := str(f)
-	return set, func(c Config) string {
-		if *f(&c) == "" {
-			return ""
-		}
-		return redactedSecret
-	}
-}
-
 // securitySettings are the TLS, credential and payload-encryption settings (SECURITY.md).
-func securitySettings() []setting {
-	var s []setting
-	add := func(env, flag, usage string, set func(*Config, string, string) error, show func(Config) string) {
-		s = append(s, mk(env, flag, usage, set, show))
+func (c *Config) securitySettings() []setting {
+	return []setting{
+		{"RABBITMQ_CA_FILE", "PEM CA bundle that signed the broker's certificate (amqps); empty: the system roots", (*text)(&c.RabbitMQCAFile)},
+		{"RABBITMQ_CERT_FILE", "PEM client certificate for amqps (with RABBITMQ_KEY_FILE)", (*text)(&c.RabbitMQCertFile)},
+		{"RABBITMQ_KEY_FILE", "PEM private key of the client certificate", (*text)(&c.RabbitMQKeyFile)},
+		{"TEMPORAL_TLS", "TLS to Temporal: auto (when a CA, certificate, server name or API key is set), true or false", (*tlsMode)(&c.TemporalTLS)},
+		{"TEMPORAL_CA_FILE", "PEM CA bundle that signed Temporal's certificate; empty: the system roots", (*text)(&c.TemporalCAFile)},
+		{"TEMPORAL_CERT_FILE", "PEM client certificate for mTLS to Temporal (with TEMPORAL_KEY_FILE)", (*text)(&c.TemporalCertFile)},
+		{"TEMPORAL_KEY_FILE", "PEM private key of the Temporal client certificate", (*text)(&c.TemporalKeyFile)},
+		{"TEMPORAL_SERVER_NAME", "name to verify Temporal's certificate against; empty: the TEMPORAL_ADDRESS host", (*text)(&c.TemporalServerName)},
+		{"TEMPORAL_API_KEY", "API key sent to Temporal (secret: prefer the environment)", &c.TemporalAPIKey},
+		{"PAYLOAD_KEYS", "AES-256 keys that encrypt Temporal payloads: id=base64key,... (secret: prefer the environment)", (*payloadKeys)(&c.PayloadKeys)},
+		{"PAYLOAD_KEY_ID", "id of the PAYLOAD_KEYS key that encrypts new payloads; empty: the only key", (*text)(&c.PayloadKeyID)},
+		{"CODEC_TOKEN", "bearer token of the codec endpoint /codec/ (secret: prefer the environment)", &c.CodecToken},
+		{"CODEC_CORS_ORIGINS", "Web UI origins allowed to call /codec/ from a browser, comma-separated", (*text)(&c.CodecCORSOrigins)},
 	}
-	set, show := str(func(c *Config) *string { return &c.RabbitMQCAFile })
-	add("RABBITMQ_CA_FILE", "rabbitmq-ca-file", "PEM CA bundle that signed the broker's certificate (amqps); empty: the system roots", set, show)
-	set, show = str(func(c *Config) *string { return &c.RabbitMQCertFile })
-	add("RABBITMQ_CERT_FILE", "rabbitmq-cert-file", "PEM client certificate for amqps (with RABBITMQ_KEY_FILE)", set, show)
-	set, show = str(func(c *Config) *string { return &c.RabbitMQKeyFile })
-	add("RABBITMQ_KEY_FILE", "rabbitmq-key-file", "PEM private key of the client certificate", set, show)
-	set, show = tlsMode(func(c *Config) *string { return &c.TemporalTLS })
-	add("TEMPORAL_TLS", "temporal-tls", "TLS to Temporal: auto (when a CA, certificate, server name or API key is set), true or false", set, show)
-	set, show = str(func(c *Config) *string { return &c.TemporalCAFile })
-	add("TEMPORAL_CA_FILE", "temporal-ca-file", "PEM CA bundle that signed Temporal's certificate; empty: the system roots", set, show)
-	set, show = str(func(c *Config) *string { return &c.TemporalCertFile })
-	add("TEMPORAL_CERT_FILE", "temporal-cert-file", "PEM client certificate for mTLS to Temporal (with TEMPORAL_KEY_FILE)", set, show)
-	set, show = str(func(c *Config) *string { return &c.TemporalKeyFile })
-	add("TEMPORAL_KEY_FILE", "temporal-key-file", "PEM private key of the Temporal client certificate", set, show)
-	set, show = str(func(c *Config) *string { return &c.TemporalServerName })
-	add("TEMPORAL_SERVER_NAME", "temporal-server-name", "name to verify Temporal's certificate against; empty: the TEMPORAL_ADDRESS host", set, show)
-	set, show = secret(func(c *Config) *string { return &c.TemporalAPIKey })
-	add("TEMPORAL_API_KEY", "temporal-api-key", "API key sent to Temporal (secret: prefer the environment)", set, show)
-	set, _ = str(func(c *Config) *string { return &c.PayloadKeys })
-	add("PAYLOAD_KEYS", "payload-keys", "AES-256 keys that encrypt Temporal payloads: id=base64key,... (secret: prefer the environment)", set, showPayloadKeys)
-	set, show = str(func(c *Config) *string { return &c.PayloadKeyID })
-	add("PAYLOAD_KEY_ID", "payload-key-id", "id of the PAYLOAD_KEYS key that encrypts new payloads; empty: the only key", set, show)
-	set, show = secret(func(c *Config) *string { return &c.CodecToken })
-	add("CODEC_TOKEN", "codec-token", "bearer token of the codec endpoint /codec/ (secret: prefer the environment)", set, show)
-	set, show = str(func(c *Config) *string { return &c.CodecCORSOrigins })
-	add("CODEC_CORS_ORIGINS", "codec-cors-origins", "Web UI origins allowed to call /codec/ from a browser, comma-separated", set, show)
-	return s
 }
 
-// tlsMode reads auto or a boolean (1, t, TRUE, false, ...) as TLSAuto, TLSOn or TLSOff; anything
-// else is kept for Validate to refuse.
-func tlsMode(f func(*Config) *string) (func(*Config, string, string) error, func(Config) string) {
-	set, show := lower(f)
-	return func(c *Config, v, src string) error {
-		if b, err := strconv.ParseBool(strings.TrimSpace(v)); err == nil {
-			v = strconv.FormatBool(b)
-		}
-		return set(c, v, src)
-	}, show
+// tlsMode is TEMPORAL_TLS: auto or a boolean (1, t, TRUE, false, ...) kept as TLSAuto, TLSOn or
+// TLSOff; anything else is kept for Validate to refuse.
+type tlsMode string
+
+func (m *tlsMode) Set(v string) error {
+	v = strings.ToLower(strings.TrimSpace(v))
+	if b, err := strconv.ParseBool(v); err == nil {
+		v = strconv.FormatBool(b)
+	}
+	*m = tlsMode(v)
+	return nil
 }
 
-// showPayloadKeys shows the key ids, never the keys.
-func showPayloadKeys(c Config) string {
-	if c.PayloadKeys == "" {
+func (m *tlsMode) String() string { return string(*m) }
+
+// payloadKeys is PAYLOAD_KEYS, a Secret that shows its key ids (not secret, and what an
+// operator rotating keys needs to see) with each key redacted.
+type payloadKeys Secret
+
+func (k *payloadKeys) Set(v string) error { return (*Secret)(k).Set(v) }
+
+func (k *payloadKeys) String() string {
+	if *k == "" {
 		return ""
 	}
-	keys, err := codec.ParseKeys(c.PayloadKeys)
+	keys, err := codec.ParseKeys(Secret(*k).Reveal())
 	if err != nil {
-		return redactedSecret
+		return Redacted
 	}
 	ids := make([]string, 0, len(keys))
 	for id := range keys {
-		ids = append(ids, id+"="+redactedSecret)
+		ids = append(ids, id+"="+Redacted)
 	}
 	sort.Strings(ids)
 	return strings.Join(ids, ",")
@@ -242,7 +220,7 @@ func (c Config) PayloadCodec() (*codec.Codec, error) {
 	if c.PayloadKeys == "" {
 		return nil, nil
 	}
-	keys, err := codec.ParseKeys(c.PayloadKeys)
+	keys, err := codec.ParseKeys(c.PayloadKeys.Reveal())
 	if err != nil {
 		return nil, fmt.Errorf("PAYLOAD_KEYS: %w", err)
 	}

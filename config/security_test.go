@@ -65,10 +65,10 @@ func securityCases(f Files) []securityCase {
 		{"TEMPORAL_CERT_FILE", "temporal-cert-file", []string{"TEMPORAL_KEY_FILE", f.ClientKey}, f.ClientCert, f.ClientCert, func(c Config) any { return c.TemporalCertFile }, f.ClientCert, f.ClientCert},
 		{"TEMPORAL_KEY_FILE", "temporal-key-file", []string{"TEMPORAL_CERT_FILE", f.ClientCert}, f.ClientKey, f.ClientKey, func(c Config) any { return c.TemporalKeyFile }, f.ClientKey, f.ClientKey},
 		{"TEMPORAL_SERVER_NAME", "temporal-server-name", nil, "t.env", "t.flag", func(c Config) any { return c.TemporalServerName }, "t.env", "t.flag"},
-		{"TEMPORAL_API_KEY", "temporal-api-key", nil, "key-env", "key-flag", func(c Config) any { return c.TemporalAPIKey }, "key-env", "key-flag"},
-		{"PAYLOAD_KEYS", "payload-keys", nil, "k1=" + testKey1, "k2=" + testKey2, func(c Config) any { return c.PayloadKeys }, "k1=" + testKey1, "k2=" + testKey2},
+		{"TEMPORAL_API_KEY", "temporal-api-key", nil, "key-env", "key-flag", func(c Config) any { return c.TemporalAPIKey.Reveal() }, "key-env", "key-flag"},
+		{"PAYLOAD_KEYS", "payload-keys", nil, "k1=" + testKey1, "k2=" + testKey2, func(c Config) any { return c.PayloadKeys.Reveal() }, "k1=" + testKey1, "k2=" + testKey2},
 		{"PAYLOAD_KEY_ID", "payload-key-id", []string{"PAYLOAD_KEYS", keys}, "k1", "k2", func(c Config) any { return c.PayloadKeyID }, "k1", "k2"},
-		{"CODEC_TOKEN", "codec-token", []string{"PAYLOAD_KEYS", keys, "PAYLOAD_KEY_ID", "k1"}, "token-from-the-env", "token-from-the-flag", func(c Config) any { return c.CodecToken }, "token-from-the-env", "token-from-the-flag"},
+		{"CODEC_TOKEN", "codec-token", []string{"PAYLOAD_KEYS", keys, "PAYLOAD_KEY_ID", "k1"}, "token-from-the-env", "token-from-the-flag", func(c Config) any { return c.CodecToken.Reveal() }, "token-from-the-env", "token-from-the-flag"},
 		{"CODEC_CORS_ORIGINS", "codec-cors-origins", nil, "https://ui.example", "http://a:1, http://b:2/", func(c Config) any { return c.CodecOrigins() }, []string{"https://ui.example"}, []string{"http://a:1", "http://b:2"}},
 	}
 }
@@ -229,7 +229,7 @@ func TestStringHidesSecrets(t *testing.T) {
 	assert.Contains(t, s, `PAYLOAD_KEYS="k1=xxxxx,k2=xxxxx"`)
 	assert.Contains(t, s, `PAYLOAD_KEY_ID="k1"`)
 	assert.Contains(t, s, `CODEC_TOKEN="xxxxx"`)
-	assert.Equal(t, "api-key-value-2", c.TemporalAPIKey, "String leaves the config alone")
+	assert.Equal(t, "api-key-value-2", c.TemporalAPIKey.Reveal(), "String leaves the config alone")
 
 	assert.Contains(t, Default().String(), `TEMPORAL_API_KEY=""`, "unset shows empty")
 

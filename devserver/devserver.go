@@ -15,17 +15,17 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
+
+	"retry-scheduler/internal/proc"
 
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
@@ -135,16 +135,8 @@ type Server struct {
 	// markOnePartition: start writes onePartitionMark (one partition, not overridden).
 	markOnePartition bool
 
-	mu   sync.Mutex
-	proc *process
-}
-
-// process is one run of the server binary.
-type process struct {
-	cmd  *exec.Cmd
-	log  *os.File
-	done chan struct{} // closed when the process has exited
-	err  error         // Wait's result, set before done is closed
+	mu  sync.Mutex
+	run *proc.Process // the current run of the server binary; nil when not owned
 }
 
 // DefaultBinary is where the Temporal CLI is looked for: $TEMPORAL_CLI, else
@@ -355,40 +347,31 @@ var DynamicConfig = []string{
 func (s *Server) start(ctx context.Context) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.proc != nil && !s.proc.exited() {
+	if s.run != nil && !s.run.Exited() {
 		return errors.New("devserver: already running")
 	}
-	logf, err := os.OpenFile(s.LogFile, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		return fmt.Errorf("devserver: log file: %w", err)
+	c := proc.Command{
+		Name:    s.Engine.ServerName() + " at " + s.Address,
+		Path:    s.opts.Binary,
+		Args:    s.Args(),
+		LogPath: s.LogFile,
+		Banner:  fmt.Sprintf("\n==== %s devserver: %s %q\n", time.Now().Format(time.RFC3339), s.opts.Binary, s.Args()),
 	}
-	fmt.Fprintf(logf, "\n==== %s devserver: %s %q\n", time.Now().Format(time.RFC3339), s.opts.Binary, s.Args())
-	cmd := exec.Command(s.opts.Binary, s.Args()...)
 	if s.Engine == EnginePostgres {
-		cmd.Env = s.pg.env()
+		c.Env = s.pg.env()
 	}
-	cmd.Stdout = logf
-	cmd.Stderr = logf
-	cmd.SysProcAttr = sysProcAttr()
-	if err := cmd.Start(); err != nil {
-		logf.Close()
-		return fmt.Errorf("devserver: start %s: %w", s.opts.Binary, err)
+	p, err := proc.Start(c)
+	if err != nil {
+		return fmt.Errorf("devserver: %w", err)
 	}
-	p := &process{cmd: cmd, log: logf, done: make(chan struct{})}
-	go func() {
-		p.err = cmd.Wait()
-		logf.Close()
-		close(p.done)
-	}()
-	s.proc = p
+	s.run = p
 	if s.tempDir != "" {
 		_ = os.WriteFile(filepath.Join(s.tempDir, ownerFile), []byte(strconv.Itoa(os.Getpid())), 0o644)
 	}
 
 	if err := s.waitReady(ctx, p); err != nil {
-		_ = p.cmd.Process.Signal(syscall.SIGKILL)
-		<-p.done
-		return fmt.Errorf("%w\n%s", err, tail(s.LogFile, 20))
+		_ = p.Kill()
+		return fmt.Errorf("%w\n%s", err, proc.Tail(s.LogFile, 20))
 	}
 	if s.markOnePartition {
 		// Failing to mark only costs the next start the slower four read partitions.
@@ -403,33 +386,17 @@ const onePartitionMark = ".one-partition"
 
 // waitReady polls the frontend until it answers CheckHealth and knows the namespace
 // (EnginePostgres: until pgReady, which registers what is missing, succeeds).
-func (s *Server) waitReady(ctx context.Context, p *process) error {
+func (s *Server) waitReady(ctx context.Context, p *proc.Process) error {
 	probe, timeout := s.check, ReadyTimeout
 	if s.Engine == EnginePostgres {
 		probe, timeout = s.pgReady, PostgresReadyTimeout
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	var last error
-	for {
-		select {
-		case <-p.done:
-			return fmt.Errorf("devserver: the server exited during start-up (%v); log: %s", p.err, s.LogFile)
-		default:
-		}
-		if last = probe(ctx); last == nil {
-			return nil
-		}
-		if errors.Is(last, errPermanent) {
-			return last
-		}
-		select {
-		case <-p.done:
-		case <-ctx.Done():
-			return fmt.Errorf("devserver: %s did not answer in time (%v): %w; log: %s", s.Address, ctx.Err(), last, s.LogFile)
-		case <-time.After(200 * time.Millisecond):
-		}
+	if err := p.AwaitReady(ctx, 200*time.Millisecond, probe); err != nil {
+		return fmt.Errorf("devserver: %w", err)
 	}
+	return nil
 }
 
 func (s *Server) check(ctx context.Context) error {
@@ -489,46 +456,37 @@ func quietLogger() sdklog.Logger {
 func (s *Server) Owned() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.proc != nil
+	return s.run != nil
 }
 
 // Done is closed when the server process exits (nil for a server not owned).
 func (s *Server) Done() <-chan struct{} {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.proc == nil {
+	if s.run == nil {
 		return nil
 	}
-	return s.proc.done
+	return s.run.Done()
 }
 
 // Err is the server process's exit status once Done is closed.
 func (s *Server) Err() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.proc == nil || !s.proc.exited() {
+	if s.run == nil {
 		return nil
 	}
-	return s.proc.err
+	return s.run.Err()
 }
 
 // Pid is the server process's id (0 when not owned).
 func (s *Server) Pid() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.proc == nil {
+	if s.run == nil {
 		return 0
 	}
-	return s.proc.cmd.Process.Pid
-}
-
-func (p *process) exited() bool {
-	select {
-	case <-p.done:
-		return true
-	default:
-		return false
-	}
+	return s.run.Pid()
 }
 
 // Stop stops the server: SIGTERM, then SIGKILL after StopGrace. It removes the
@@ -537,31 +495,21 @@ func (p *process) exited() bool {
 func (s *Server) Stop() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.proc == nil {
+	if s.run == nil {
 		return nil
 	}
-	err := s.proc.terminate()
+	err := s.terminate(s.run)
 	if cerr := s.cleanUp(); cerr != nil && err == nil {
 		err = cerr
 	}
 	return err
 }
 
-func (p *process) terminate() error {
-	if p.exited() {
-		return nil
+func (s *Server) terminate(p *proc.Process) error {
+	if err := p.Stop(StopGrace); err != nil {
+		return fmt.Errorf("devserver: %w", err)
 	}
-	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil && !errors.Is(err, os.ErrProcessDone) {
-		return fmt.Errorf("devserver: SIGTERM: %w", err)
-	}
-	select {
-	case <-p.done:
-		return nil
-	case <-time.After(StopGrace):
-	}
-	_ = p.cmd.Process.Signal(syscall.SIGKILL)
-	<-p.done
-	return fmt.Errorf("devserver: the server did not stop within %s of SIGTERM; killed", StopGrace)
+	return nil
 }
 
 // Kill kills the server with SIGKILL (a crash), keeping its DB file (or databases) for
@@ -569,16 +517,12 @@ func (p *process) terminate() error {
 func (s *Server) Kill() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.proc == nil {
+	if s.run == nil {
 		return ErrNotOwned
 	}
-	if s.proc.exited() {
-		return nil
+	if err := s.run.Kill(); err != nil {
+		return fmt.Errorf("devserver: %w", err)
 	}
-	if err := s.proc.cmd.Process.Signal(syscall.SIGKILL); err != nil && !errors.Is(err, os.ErrProcessDone) {
-		return fmt.Errorf("devserver: SIGKILL: %w", err)
-	}
-	<-s.proc.done
 	return nil
 }
 
@@ -586,12 +530,12 @@ func (s *Server) Kill() error {
 // first if it still runs) and waits until it answers.
 func (s *Server) Restart(ctx context.Context) error {
 	s.mu.Lock()
-	p := s.proc
+	p := s.run
 	s.mu.Unlock()
 	if p == nil {
 		return ErrNotOwned
 	}
-	if err := p.terminate(); err != nil {
+	if err := s.terminate(p); err != nil {
 		return err
 	}
 	return s.start(ctx)
@@ -639,23 +583,4 @@ func FreePort() (int, error) {
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port, nil
-}
-
-// tail returns the last n lines of a file, for error messages.
-func tail(path string, n int) string {
-	f, err := os.Open(path)
-	if err != nil {
-		return ""
-	}
-	defer f.Close()
-	const max = 16 << 10
-	if st, err := f.Stat(); err == nil && st.Size() > max {
-		_, _ = f.Seek(st.Size()-max, io.SeekStart)
-	}
-	b, _ := io.ReadAll(f)
-	lines := bytes.Split(bytes.TrimRight(b, "\n"), []byte("\n"))
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return "--- " + path + " (last lines) ---\n" + string(bytes.Join(lines, []byte("\n")))
 }

@@ -66,10 +66,10 @@ func TestDevServer(t *testing.T) {
 	c, err = s.Dial(ctx)
 	require.NoError(t, err)
 	defer c.Close()
-	desc, err := c.DescribeWorkflowExecution(ctx, "devserver-survives-restart", run.GetRunID())
+	desc, err := c.DescribeWorkflow(ctx, "devserver-survives-restart", run.GetRunID())
 	require.NoError(t, err)
-	assert.Equal(t, enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING, desc.GetWorkflowExecutionInfo().GetStatus())
-	assert.Equal(t, "NoSuchWorkflow", desc.GetWorkflowExecutionInfo().GetType().GetName())
+	assert.Equal(t, enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING, desc.RawResponse.GetWorkflowExecutionInfo().GetStatus())
+	assert.Equal(t, "NoSuchWorkflow", desc.RawResponse.GetWorkflowExecutionInfo().GetType().GetName())
 	assertSearchAttributes()
 
 	// Stop is graceful, final and idempotent.

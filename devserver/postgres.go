@@ -20,6 +20,8 @@ import (
 	"text/template"
 	"time"
 
+	"retry-scheduler/internal/proc"
+
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/operatorservice/v1"
 	"go.temporal.io/api/serviceerror"
@@ -413,7 +415,7 @@ func (s *Server) preparePostgres(ctx context.Context) error {
 	st.touched = true
 	tool := newSchemaTool(st.sqlBin, st.pg, logf)
 	if err := tool.ensureBoth(ctx, st.pg.Database, st.pg.VisibilityDatabase); err != nil {
-		return fmt.Errorf("%w\n%s", err, tail(s.LogFile, 20))
+		return fmt.Errorf("%w\n%s", err, proc.Tail(s.LogFile, 20))
 	}
 	fmt.Fprintf(logf, "==== %s devserver: databases %s and %s on %s ready in %s\n", time.Now().Format(time.RFC3339),
 		st.pg.Database, st.pg.VisibilityDatabase, st.pg.addr(), time.Since(began).Round(time.Millisecond))
@@ -713,7 +715,7 @@ func ensureSearchAttributes(ctx context.Context, ops operatorservice.OperatorSer
 		case !ok:
 			missing[k.GetName()] = k.GetValueType()
 		case have != k.GetValueType():
-			return permanentError{fmt.Errorf("devserver: search attribute %s of namespace %s is a %s, not a %s", k.GetName(), ns, have, k.GetValueType())}
+			return proc.Permanent(fmt.Errorf("devserver: search attribute %s of namespace %s is a %s, not a %s", k.GetName(), ns, have, k.GetValueType()))
 		}
 	}
 	if len(missing) == 0 {
@@ -744,11 +746,3 @@ func searchAttributesProbe() string {
 	}
 	return strings.Join(terms, " AND ")
 }
-
-// errPermanent marks a start-up error that waiting does not mend.
-var errPermanent = errors.New("devserver: permanent")
-
-type permanentError struct{ error }
-
-func (e permanentError) Is(target error) bool { return target == errPermanent }
-func (e permanentError) Unwrap() error        { return e.error }

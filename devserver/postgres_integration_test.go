@@ -109,10 +109,10 @@ func TestPostgresEngine(t *testing.T) {
 	assert.NotEqual(t, pid, s.Pid())
 	c, err = s.Dial(ctx)
 	require.NoError(t, err)
-	desc, err := c.DescribeWorkflowExecution(ctx, id, run.GetRunID())
+	desc, err := c.DescribeWorkflow(ctx, id, run.GetRunID())
 	require.NoError(t, err)
-	assert.Equal(t, enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING, desc.GetWorkflowExecutionInfo().GetStatus())
-	assert.Equal(t, "NoSuchWorkflow", desc.GetWorkflowExecutionInfo().GetType().GetName())
+	assert.Equal(t, enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING, desc.RawResponse.GetWorkflowExecutionInfo().GetStatus())
+	assert.Equal(t, "NoSuchWorkflow", desc.RawResponse.GetWorkflowExecutionInfo().GetType().GetName())
 	assertSearchAttributes()
 	c.Close()
 
@@ -150,9 +150,9 @@ func TestPostgresDurableDatabases(t *testing.T) {
 	c, err = s2.Dial(ctx)
 	require.NoError(t, err)
 	defer c.Close()
-	desc, err := c.DescribeWorkflowExecution(ctx, "durable", run.GetRunID())
+	desc, err := c.DescribeWorkflow(ctx, "durable", run.GetRunID())
 	require.NoError(t, err)
-	assert.Equal(t, enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING, desc.GetWorkflowExecutionInfo().GetStatus())
+	assert.Equal(t, enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING, desc.RawResponse.GetWorkflowExecutionInfo().GetStatus())
 	ns, err := c.WorkflowService().DescribeNamespace(ctx, &workflowservice.DescribeNamespaceRequest{Namespace: "durable"})
 	require.NoError(t, err)
 	assert.Equal(t, 48*time.Hour, ns.GetConfig().GetWorkflowExecutionRetentionTtl().AsDuration())
@@ -161,6 +161,9 @@ func TestPostgresDurableDatabases(t *testing.T) {
 // dropForTest drops the named databases of pg.
 func dropForTest(t *testing.T, pg PostgresOptions) {
 	t.Helper()
+	if t.Skipped() {
+		return // the engine was unavailable: no database was made, and no schema tool is at hand
+	}
 	pg = pg.withDefaults()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()

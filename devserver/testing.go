@@ -7,6 +7,9 @@ import (
 	"os"
 	"testing"
 	"time"
+
+	"retry-scheduler/internal/proc"
+	"retry-scheduler/internal/testenv"
 )
 
 // StartForTest returns a dev server for an integration test. When TEMPORAL_ADDRESS is
@@ -68,14 +71,14 @@ func startOwnedForTest(tb testing.TB, o Options) *Server {
 	defer cancel()
 	s, err := Start(ctx, o)
 	if err != nil {
-		if errors.Is(err, ErrEngineUnavailable) && os.Getenv("CI") != "true" {
-			tb.Skipf("%s unavailable here (CI=true fails instead): %v", o.Engine.ServerName(), err)
+		if errors.Is(err, ErrEngineUnavailable) {
+			testenv.Missing(tb, "%s unavailable here: %v", o.Engine.ServerName(), err)
 		}
 		tb.Fatalf("start the %s: %v", o.Engine.ServerName(), err)
 	}
 	tb.Cleanup(func() {
 		if tb.Failed() {
-			tb.Logf("%s %s:\n%s", s.Engine.ServerName(), s.Address, tail(s.LogFile, 30))
+			tb.Logf("%s %s:\n%s", s.Engine.ServerName(), s.Address, proc.Tail(s.LogFile, 30))
 		}
 		if err := s.Stop(); err != nil {
 			tb.Errorf("stop the %s: %v", s.Engine.ServerName(), err)

@@ -20,6 +20,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"retry-scheduler/broker"
+	"retry-scheduler/broker/brokertest"
 	"retry-scheduler/message"
 	"retry-scheduler/workflows"
 )
@@ -212,14 +213,17 @@ func TestBadInputCatalogueThroughTheBroker(t *testing.T) {
 		assert.Equal(t, "transient", st.Category, "classified from http_status 503")
 	})
 
-	// Nothing left behind: the ingress queue is empty and nothing else arrived.
+	// Nothing left behind: the ingress queue is empty and nothing else arrived (every
+	// publish before the barriers has reached its consumer).
 	eventually(t, 10*time.Second, func() error {
 		if n := s.depth(s.ingress); n != 0 {
 			return fmt.Errorf("%d messages still on %s", n, s.ingress)
 		}
 		return nil
 	})
-	time.Sleep(time.Second)
+	for _, c := range []*consumer{dead, delivered, svcDelivered} {
+		c.caughtUp(t)
+	}
 	assert.Len(t, dead.all(), len(refused)+2, "dead-letter queue")
 	assert.Len(t, append(delivered.all(), svcDelivered.all()...), len(accepted)+1, "original queues")
 }
@@ -260,7 +264,7 @@ func jsonOf(t *testing.T, v any) []byte {
 func (s *stack) rejectThrough(queue string, p amqp.Publishing) {
 	s.t.Helper()
 	s.publishRaw(queue, p)
-	conn, err := broker.Dial(broker.Config{URL: rabbitURL()})
+	conn, err := broker.Dial(broker.Config{URL: brokertest.URL()})
 	require.NoError(s.t, err)
 	defer conn.Close()
 	ch, err := conn.Channel()
@@ -281,7 +285,7 @@ func (s *stack) rejectThrough(queue string, p amqp.Publishing) {
 
 // depth is the number of ready messages on a queue.
 func (s *stack) depth(queue string) int {
-	conn, err := broker.Dial(broker.Config{URL: rabbitURL()})
+	conn, err := broker.Dial(broker.Config{URL: brokertest.URL()})
 	require.NoError(s.t, err)
 	defer conn.Close()
 	ch, err := conn.Channel()

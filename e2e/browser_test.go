@@ -19,6 +19,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"retry-scheduler/internal/testenv"
 	"retry-scheduler/message"
 	"retry-scheduler/workflows"
 )
@@ -31,7 +32,7 @@ func chromiumPath(t *testing.T) string {
 		p = "/usr/bin/chromium"
 	}
 	if _, err := os.Stat(p); err != nil {
-		t.Skipf("browser test skipped: no Chromium at %s (apt-get install -y chromium, or set CHROMIUM)", p)
+		testenv.Missing(t, "no Chromium at %s (apt-get install -y chromium, or set CHROMIUM)", p)
 	}
 	return p
 }
@@ -167,7 +168,8 @@ func TestOpsBrowser(t *testing.T) {
 	assert.Equal(t, "No failed events. All integrations healthy.", p.text("#dl-empty"))
 	assert.Equal(t, "op (operator)", p.text("#whoami"))
 
-	// A dead letter shows with seed 003's columns; Retry takes it out of the table.
+	// A dead letter shows with its columns (reason, event type, created at); Retry takes it
+	// out of the table.
 	one := s.dead(q, "", "b1")[0]
 	p.until("dead letter "+one, rowExpr("#dl-table", one))
 	row := p.text(rowSel("#dl-table", one))
@@ -234,7 +236,7 @@ func (p *pageDriver) setValue(sel, value string) {
 	require.True(p.t, ok, sel)
 }
 
-// Seed 003's rest on the page: each row's and the details' "View log" link into the Temporal
+// The rest of the ops views on the page: each row's and the details' "View log" link into the Temporal
 // Web UI, the attempts table, the event type column and filter, the created-at column, the
 // recently delivered view, and "Retry all matching".
 func TestOpsBrowserSeed003Views(t *testing.T) {

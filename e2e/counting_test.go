@@ -19,15 +19,15 @@ import (
 	"retry-scheduler/workflows"
 )
 
-// Issue 11, items 1 and 2: seed 000's counting for ordinary errors, and an operator's retry
-// from dead that sticks under a max window.
+// Issue 11, items 1 and 2: the counting of retries for ordinary errors, and an operator's
+// retry from dead that sticks under a max window.
 
-// useSeed000Default routes the stack's "<prefix>.seed000-…" queues to the built-in `default`
-// (seed 000's policy) by a route before the harness's, with short delays (BASE_DELAY_MS 200,
+// useBuiltinDefault routes the stack's "<prefix>.default-policy-…" queues to the built-in
+// `default` policy by a route before the harness's, with short delays (BASE_DELAY_MS 200,
 // MAX_DELAY_MS 800; its 0–1 s added jitter stays).
-func useSeed000Default(t *testing.T, s *stack) {
+func useBuiltinDefault(t *testing.T, s *stack) {
 	t.Helper()
-	file := strings.Replace(policyFile, "routes:\n", "routes:\n  - queue: \"e2e-*.seed000-*\"\n    policy: default\n", 1)
+	file := strings.Replace(policyFile, "routes:\n", "routes:\n  - queue: \"e2e-*.default-policy-*\"\n    policy: default\n", 1)
 	pf := filepath.Join(t.TempDir(), "policies.yaml")
 	require.NoError(t, os.WriteFile(pf, []byte(file), 0o600))
 	s.cfg.PolicyFile = pf
@@ -66,13 +66,13 @@ func TestSocketHangUpTextGetsMaxRetries(t *testing.T) {
 	}
 }
 
-// (b) A message adopted through x-death with no error headers, under seed 000's default
+// (b) A message adopted through x-death with no error headers, under the built-in default
 // policy (no cap on unknown errors): delivered 1 + 3 times, then dead.
 func TestXDeathWithoutErrorHeadersGetsDefaultsRetries(t *testing.T) {
 	s := newStack(t)
-	useSeed000Default(t, s)
+	useBuiltinDefault(t, s)
 	s.run("all")
-	payments := s.queue(s.prefix+".seed000-payments", amqp.Table{
+	payments := s.queue(s.prefix+".default-policy-payments", amqp.Table{
 		"x-dead-letter-exchange":    "",
 		"x-dead-letter-routing-key": s.ingress,
 	})
@@ -99,10 +99,10 @@ func TestXDeathWithoutErrorHeadersGetsDefaultsRetries(t *testing.T) {
 	// The event type (the AMQP type property here) is a search attribute.
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	desc, err := s.tc.DescribeWorkflowExecution(ctx, id, "")
+	desc, err := s.tc.DescribeWorkflow(ctx, id, "")
 	require.NoError(t, err)
 	var et string
-	p := desc.GetWorkflowExecutionInfo().GetSearchAttributes().GetIndexedFields()[workflows.SAEventType.GetName()]
+	p := desc.RawResponse.GetWorkflowExecutionInfo().GetSearchAttributes().GetIndexedFields()[workflows.SAEventType.GetName()]
 	require.NotNil(t, p, "EventType search attribute")
 	require.NoError(t, converter.GetDefaultDataConverter().FromPayload(p, &et))
 	require.Equal(t, "payment.requested", et)

@@ -15,12 +15,13 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"retry-scheduler/broker"
+	"retry-scheduler/broker/brokertest"
 	"retry-scheduler/message"
 	"retry-scheduler/service"
 )
 
 // Issue 11 items 3, 5 and 7, and the event type: configured dead-letter queues, the
-// dead-letter queue as a notification stream, seed 001's metadata.
+// dead-letter queue as a notification stream, the envelope's metadata.
 
 // withDeadLetterRoutes rewrites the stack's policy file with a policy and a route that name
 // their own dead-letter queues, ahead of the usual routes.
@@ -52,7 +53,7 @@ routes:
 // queueExists reports whether a passive declare finds the queue.
 func queueExists(t *testing.T, name string) bool {
 	t.Helper()
-	conn, err := broker.Dial(broker.Config{URL: rabbitURL()})
+	conn, err := broker.Dial(broker.Config{URL: brokertest.URL()})
 	require.NoError(t, err)
 	defer conn.Close()
 	ch, err := conn.Channel()
@@ -63,7 +64,7 @@ func queueExists(t *testing.T, name string) bool {
 
 // Item 3 and 5: a route's and a policy's dead-letter queues are declared at start; a message
 // dead under that route arrives there, as an envelope that expires with the retention and
-// carries seed 001's metadata (item 7).
+// carries the failure's metadata (service, version, error type, stack trace; item 7).
 func TestConfiguredDeadLetterQueuesAreDeclaredAndReceiveEnvelopes(t *testing.T) {
 	s := newStack(t)
 	policyDLQ, routeDLQ := s.prefix+".billing.dead", s.prefix+".refunds.dead"
@@ -79,7 +80,7 @@ func TestConfiguredDeadLetterQueuesAreDeclaredAndReceiveEnvelopes(t *testing.T) 
 	routed := s.consume(routeDLQ, nil)
 	byPolicy := s.consume(policyDLQ, nil)
 	trace := "TimeoutError: upstream timed out\n    at charge (billing.js:42:7)\n" + strings.Repeat("    at frame\n", 1000)
-	// retry_count = max_retries: dead at once (seed 000's counting).
+	// retry_count = max_retries: dead at once (retry_count counts the retries already made).
 	s.publishRetry(message.RetryMessage{
 		MessageID: "refund-1", OriginalPayload: []byte(`{"refund":1}`), OriginalQueue: s.prefix + ".billing.refunds",
 		ErrorReason: "upstream timed out", RetryCount: 3, MaxRetries: 3, CorrelationID: "corr-r1",

@@ -15,6 +15,8 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/log"
 
+	"retry-scheduler/broker/brokertest"
+	"retry-scheduler/internal/testenv"
 	"retry-scheduler/message"
 	"retry-scheduler/workflows"
 )
@@ -213,9 +215,7 @@ func TestWorkerKilledWhileRetryWaits(t *testing.T) {
 // 7. Every broker connection force-closed during a run of 500 messages: every one
 // republished, and any duplicate carries the same key.
 func TestBrokerConnectionsClosedDuringRun(t *testing.T) {
-	if _, err := exec.LookPath("rabbitmqctl"); err != nil {
-		t.Skip("rabbitmqctl not installed")
-	}
+	rabbitmqctl := testenv.LookPath(t, "rabbitmqctl", "apt-get install -y rabbitmq-server")
 	s := newStack(t)
 	s.run("all")
 	orders := s.queue(s.prefix+".orders", nil)
@@ -224,7 +224,7 @@ func TestBrokerConnectionsClosedDuringRun(t *testing.T) {
 	for i := 0; i < n; i++ {
 		s.publishRetry(message.RetryMessage{MessageID: fmt.Sprintf("bulk-%d", i), OriginalPayload: []byte(fmt.Sprint(i)), OriginalQueue: orders, ErrorReason: "503"})
 		if i == n/2 {
-			out, err := exec.Command("rabbitmqctl", "close_all_connections", "e2e: forced close").CombinedOutput()
+			out, err := exec.Command(rabbitmqctl, "close_all_connections", "e2e: forced close").CombinedOutput()
 			require.NoError(t, err, "%s", out)
 		}
 	}
@@ -262,7 +262,7 @@ func buildBinary(t *testing.T) string {
 func (s *stack) startWorker(t *testing.T, bin string) *exec.Cmd {
 	t.Helper()
 	cmd := exec.Command(bin, "worker",
-		"-rabbitmq-url", rabbitURL(),
+		"-rabbitmq-url", brokertest.URL(),
 		"-temporal-address", s.temporal.Address,
 		"-namespace", s.temporal.Namespace,
 		"-task-queue", s.cfg.TaskQueue,

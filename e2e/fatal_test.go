@@ -22,6 +22,7 @@ import (
 	"go.temporal.io/sdk/client"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"retry-scheduler/broker/brokertest"
 	"retry-scheduler/devserver"
 )
 
@@ -42,7 +43,7 @@ func TestFatalWorkerErrorEndsTheProcess(t *testing.T) {
 	require.NoError(t, err)
 	base := "http://127.0.0.1:" + strconv.Itoa(port)
 	cmd := exec.Command(bin, "worker",
-		"-rabbitmq-url", rabbitURL(),
+		"-rabbitmq-url", brokertest.URL(),
 		"-temporal-address", s.temporal.Address,
 		"-namespace", ns,
 		"-task-queue", s.prefix,

@@ -1,7 +1,7 @@
 //go:build integration
 
 // Package e2e runs the whole service against the real RabbitMQ and a real Temporal dev
-// server: SPEC §3/§4 behaviours as a user of the broker sees them.
+// server: retries, dead letters, counting and recovery as a user of the broker sees them.
 package e2e
 
 import (
@@ -29,19 +29,13 @@ import (
 	historypb "go.temporal.io/api/history/v1"
 
 	"retry-scheduler/broker"
+	"retry-scheduler/broker/brokertest"
 	"retry-scheduler/config"
 	"retry-scheduler/devserver"
 	"retry-scheduler/message"
 	"retry-scheduler/service"
 	"retry-scheduler/workflows"
 )
-
-func rabbitURL() string {
-	if u := os.Getenv("RABBITMQ_URL"); u != "" {
-		return u
-	}
-	return "amqp://guest:guest@127.0.0.1:5672/"
-}
 
 // policyFile routes the test's queues to short delays so that a test takes seconds:
 // a retry 300 ms after each failure, a 2 s quiet window, 3 retries.
@@ -101,7 +95,7 @@ func newStackOn(t *testing.T, temporal *devserver.Server) *stack {
 	port, err := devserver.FreePort()
 	require.NoError(t, err)
 	cfg, err := config.Load([]string{
-		"-rabbitmq-url", rabbitURL(),
+		"-rabbitmq-url", brokertest.URL(),
 		"-temporal-address", s.temporal.Address,
 		"-namespace", s.temporal.Namespace,
 		"-task-queue", prefix,
@@ -117,10 +111,10 @@ func newStackOn(t *testing.T, temporal *devserver.Server) *stack {
 	s.tc, err = client.Dial(client.Options{HostPort: s.temporal.Address, Namespace: s.temporal.Namespace, Logger: nopLogger()})
 	require.NoError(t, err)
 	t.Cleanup(s.tc.Close)
-	s.pub = broker.NewPublisher(broker.Config{URL: rabbitURL(), ConnectionName: "e2e-test"}, discard())
+	s.pub = broker.NewPublisher(broker.Config{URL: brokertest.URL(), ConnectionName: "e2e-test"}, discard())
 	t.Cleanup(func() { _ = s.pub.Close() })
-	bc := broker.Config{URL: rabbitURL()}
-	require.NoError(t, broker.Declare(bc, broker.Topology(bc, s.ingress, s.dlq)...))
+	bc := broker.Config{URL: brokertest.URL()}
+	require.NoError(t, broker.Declare(bc, discard(), broker.Topology(bc, s.ingress, s.dlq)...))
 	t.Cleanup(func() { s.deleteQueues(s.ingress, s.dlq) })
 	return s
 }
@@ -154,7 +148,7 @@ func (s *stack) waitReady(cfg config.Config) {
 // queue declares a durable queue owned by the test.
 func (s *stack) queue(name string, args amqp.Table) string {
 	s.t.Helper()
-	conn, err := broker.Dial(broker.Config{URL: rabbitURL()})
+	conn, err := broker.Dial(broker.Config{URL: brokertest.URL()})
 	require.NoError(s.t, err)
 	defer conn.Close()
 	ch, err := conn.Channel()
@@ -166,7 +160,7 @@ func (s *stack) queue(name string, args amqp.Table) string {
 }
 
 func (s *stack) deleteQueues(names ...string) {
-	conn, err := broker.Dial(broker.Config{URL: rabbitURL()})
+	conn, err := broker.Dial(broker.Config{URL: brokertest.URL()})
 	if err != nil {
 		return
 	}
@@ -241,12 +235,12 @@ func (s *stack) state(id string) (workflows.State, error) {
 func (s *stack) retryStatus(id string) workflows.Status {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	d, err := s.tc.DescribeWorkflowExecution(ctx, id, "")
+	d, err := s.tc.DescribeWorkflow(ctx, id, "")
 	if err != nil {
 		return ""
 	}
 	var st string
-	if p := d.GetWorkflowExecutionInfo().GetSearchAttributes().GetIndexedFields()[workflows.SAStatus.GetName()]; p != nil {
+	if p := d.RawResponse.GetWorkflowExecutionInfo().GetSearchAttributes().GetIndexedFields()[workflows.SAStatus.GetName()]; p != nil {
 		_ = converter.GetDefaultDataConverter().FromPayload(p, &st)
 	}
 	return workflows.Status(st)
@@ -275,15 +269,22 @@ func (s *stack) recordHistory(id, name string) {
 
 // consumer collects what arrives on a queue, reconnecting when the broker drops it.
 type consumer struct {
+	s       *stack
+	queue   string
 	mu      sync.Mutex
 	got     []amqp.Delivery
 	arrived chan amqp.Delivery
+	// barriers receives the id of each barrier message (see caughtUp), which got leaves out.
+	barriers chan string
 	// onMessage, when set, decides the fate of each delivery; the default acks it.
 	onMessage func(d amqp.Delivery)
 }
 
+// barrierHeader marks the test's own barrier messages (see caughtUp).
+const barrierHeader = "x-e2e-barrier"
+
 func (s *stack) consume(queue string, onMessage func(d amqp.Delivery)) *consumer {
-	c := &consumer{arrived: make(chan amqp.Delivery, 10000), onMessage: onMessage}
+	c := &consumer{s: s, queue: queue, arrived: make(chan amqp.Delivery, 10000), barriers: make(chan string, 16), onMessage: onMessage}
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	wg.Add(1)
@@ -302,7 +303,7 @@ func (s *stack) consume(queue string, onMessage func(d amqp.Delivery)) *consumer
 }
 
 func (c *consumer) session(ctx context.Context, queue string) {
-	conn, err := broker.Dial(broker.Config{URL: rabbitURL(), ConnectionName: "e2e-consumer"})
+	conn, err := broker.Dial(broker.Config{URL: brokertest.URL(), ConnectionName: "e2e-consumer"})
 	if err != nil {
 		return
 	}
@@ -323,6 +324,11 @@ func (c *consumer) session(ctx context.Context, queue string) {
 			if !ok {
 				return
 			}
+			if id, ok := d.Headers[barrierHeader].(string); ok {
+				_ = d.Ack(false)
+				c.barriers <- id
+				continue
+			}
 			c.mu.Lock()
 			c.got = append(c.got, d)
 			c.mu.Unlock()
@@ -338,7 +344,7 @@ func (c *consumer) session(ctx context.Context, queue string) {
 
 // failingConsumer is a consumer of queue that fails on every delivery: it reports the failure
 // that report builds (from the delivery, its x-retry-count and x-retry-key) back to the
-// scheduler, as seed 000's consumers do, then acks. reportErr is the first report that could
+// scheduler, as a service integrated with the scheduler does, then acks. reportErr is the first report that could
 // not be sent.
 func (s *stack) failingConsumer(queue string, report func(d amqp.Delivery, n int, key string) message.RetryMessage) (c *consumer, reportErr func() error) {
 	var mu sync.Mutex
@@ -371,6 +377,29 @@ func (c *consumer) next(t *testing.T, timeout time.Duration) amqp.Delivery {
 	case <-time.After(timeout):
 		t.Fatalf("nothing arrived within %s", timeout)
 		return amqp.Delivery{}
+	}
+}
+
+// caughtUp returns once everything published to the consumer's queue so far has arrived:
+// it publishes a barrier message and waits for it, and a queue hands its messages to its one
+// consumer in the order they were enqueued (every publish of the service and the tests is
+// confirmed before it returns). Tests that assert "nothing more arrived" call it once the
+// producers are done (their workflows closed, their deliveries handled) instead of
+// waiting a fixed time.
+func (c *consumer) caughtUp(t *testing.T) {
+	t.Helper()
+	id := randomHex(t, 8)
+	c.s.publishRaw(c.queue, amqp.Publishing{Headers: amqp.Table{barrierHeader: id}, Body: []byte("barrier")})
+	timeout := time.After(30 * time.Second)
+	for {
+		select {
+		case got := <-c.barriers:
+			if got == id {
+				return
+			}
+		case <-timeout:
+			t.Fatalf("the barrier message did not come back from %s within 30s", c.queue)
+		}
 	}
 }
 

@@ -29,7 +29,8 @@ import (
 	"retry-scheduler/workflows"
 )
 
-// 8. A scripted run moves every counter by exactly what happened (SPEC §7), the depth gauges
+// 8. A scripted run moves every counter by exactly what happened (each retry, republish,
+// delivery and dead letter once), the depth gauges
 // follow visibility, and every scheduling action is logged with its fields.
 func TestMetricsAfterScriptedRun(t *testing.T) {
 	s := newStack(t)
@@ -108,7 +109,7 @@ func TestMetricsAfterScriptedRun(t *testing.T) {
 	want := map[string]float64{
 		series("retries_scheduled_total", "queue", orders):                         5, // 3 × 1 + 2
 		series("retries_scheduled_total", "queue", slow):                           1,
-		series("retries_executed_total", "queue", orders, "status", "success"):     5, // seed 002's re-queued count
+		series("retries_executed_total", "queue", orders, "status", "success"):     5, // every re-queue counts
 		series("retries_executed_total", "queue", slow, "status", "success"):       1,
 		series("retries_executed_total", "queue", orders, "status", "failed"):      0,
 		series("retries_exhausted_total", "queue", orders):                         1,

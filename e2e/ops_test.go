@@ -123,7 +123,8 @@ func (s *stack) dead(queue, tenant string, ids ...string) []string {
 	return wids
 }
 
-// scheduled publishes messages that wait a minute for their first retry (seed 002's email policy).
+// scheduled publishes messages that wait a minute for their first retry (the built-in email
+// policy's first delay).
 func (s *stack) scheduled(queue string, ids ...string) []string {
 	s.t.Helper()
 	var wids []string
@@ -433,9 +434,9 @@ func rowOf(t *testing.T, out map[string]any, id string) map[string]any {
 	return nil
 }
 
-// Seed 003's rest over the API: the Web UI link (AC-11), the recently delivered (AC-12), the
-// event type as a column and a filter (AC-3, AC-7), the dead letters' created-at order (AC-7)
-// and retrying every matching scheduled item (AC-6 by filter).
+// The rest of the ops views over the API: the Web UI link, the recently delivered, the event
+// type as a column and a filter, the dead letters' created-at order and retrying every
+// matching scheduled item (by filter).
 func TestOpsAPISeed003Views(t *testing.T) {
 	s := newStack(t)
 	s.cfg.TemporalUIURL = uiBase

@@ -16,6 +16,7 @@ import (
 	"go.temporal.io/api/workflowservice/v1"
 
 	"retry-scheduler/broker"
+	"retry-scheduler/broker/brokertest"
 	"retry-scheduler/devserver"
 	"retry-scheduler/message"
 	"retry-scheduler/workflows"
@@ -109,7 +110,7 @@ func TestLongIDsOnALongQueueName(t *testing.T) {
 func TestQuorumIngressSurvivesATemporalOutage(t *testing.T) {
 	srv := devserver.StartOwnedForTest(t)
 	s := newStackOn(t, srv)
-	quorum := broker.Config{URL: rabbitURL(), QueueType: broker.QueueTypeQuorum}
+	quorum := broker.Config{URL: brokertest.URL(), QueueType: broker.QueueTypeQuorum}
 	args := broker.IngressArgs(quorum, s.dlq)
 	args["x-delivery-limit"] = int64(3)
 	s.deleteQueues(s.ingress)

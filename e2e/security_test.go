@@ -201,7 +201,7 @@ func TestSecurityServiceOverTLSLogsNoSecrets(t *testing.T) {
 // sent over TLS to a server without it. The returned errors and the debug log keep them out.
 func TestSecurityCredentialErrorsLogNoSecrets(t *testing.T) {
 	temporal := devserver.StartForTest(t)
-	run := func(t *testing.T, env map[string]string) (error, string) {
+	run := func(t *testing.T, env map[string]string) (string, error) {
 		base := map[string]string{
 			"TEMPORAL_ADDRESS": temporal.Address, "TEMPORAL_NAMESPACE": temporal.Namespace,
 			"HTTP_ADDR": "127.0.0.1:0", "LOG_LEVEL": "debug", "TEMPORAL_TASK_QUEUE": "e2e-sec-" + randomHex(t, 4),
@@ -218,13 +218,13 @@ func TestSecurityCredentialErrorsLogNoSecrets(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 		defer cancel()
 		err = service.Run(ctx, cfg, logger)
-		return err, logs.String()
+		return logs.String(), err
 	}
 
 	t.Run("AMQP password refused", func(t *testing.T) {
 		pw := "wrong-amqp-pw-" + randomHex(t, 8)
-		u := strings.Replace(rabbitURL(), "guest:guest", "guest:"+pw, 1)
-		err, logs := run(t, map[string]string{"RABBITMQ_URL": u})
+		u := strings.Replace(brokertest.URL(), "guest:guest", "guest:"+pw, 1)
+		logs, err := run(t, map[string]string{"RABBITMQ_URL": u})
 		require.Error(t, err)
 		t.Logf("error: %v", err)
 		assert.Contains(t, err.Error(), "guest:xxxxx@")
@@ -235,7 +235,7 @@ func TestSecurityCredentialErrorsLogNoSecrets(t *testing.T) {
 	t.Run("API key over TLS to a plaintext server", func(t *testing.T) {
 		key := "api-key-" + randomHex(t, 12)
 		// TEMPORAL_TLS=auto: the key switches TLS on, and the dev server does not speak it.
-		err, logs := run(t, map[string]string{"TEMPORAL_API_KEY": key})
+		logs, err := run(t, map[string]string{"TEMPORAL_API_KEY": key})
 		require.Error(t, err)
 		t.Logf("error: %v", err)
 		assertNoSecrets(t, "the error", err.Error(), map[string]string{"API key": key})
@@ -249,8 +249,8 @@ func TestSecurityCredentialErrorsLogNoSecrets(t *testing.T) {
 func TestCodecPayloadsEncryptedInHistory(t *testing.T) {
 	s := newStack(t)
 	token := "codec-token-" + randomHex(t, 12)
-	s.cfg.PayloadKeys = "k1=" + randomKey(t)
-	s.cfg.CodecToken = token
+	s.cfg.PayloadKeys = config.Secret("k1=" + randomKey(t))
+	s.cfg.CodecToken = config.Secret(token)
 	s.run("all")
 	orders := s.queue(s.prefix+".orders", nil)
 	c := s.consume(orders, nil)

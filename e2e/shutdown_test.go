@@ -6,7 +6,6 @@ import (
 	"context"
 	"encoding/binary"
 	"encoding/json"
-	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -21,6 +20,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"retry-scheduler/broker/brokertest"
 	"retry-scheduler/devserver"
 	"retry-scheduler/message"
 	"retry-scheduler/service"
@@ -44,7 +44,7 @@ func TestShutdownMidPublishLetsThePublishFinish(t *testing.T) {
 	proxy := startLatencyProxy(t, brokerHostPort(t))
 	cfg := s.cfg
 	cfg.Mode = "worker"
-	cfg.RabbitMQURL = proxy.url(t, rabbitURL())
+	cfg.RabbitMQURL = proxy.url(t, brokertest.URL())
 	port, err := devserver.FreePort()
 	require.NoError(t, err)
 	cfg.HTTPAddr = "127.0.0.1:" + strconv.Itoa(port)
@@ -100,20 +100,12 @@ func TestShutdownMidPublishLetsThePublishFinish(t *testing.T) {
 	go func() { doneB <- service.Run(ctxB, cfgB, jsonLogger(&logB)) }()
 	defer func() { stopB(); <-doneB }()
 
+	// The run ends delivered after the quiet window; a second publish would come before
+	// that, and so ahead of the barrier.
 	id := message.WorkflowID(orders, "m-1")
-	var st workflows.State
-	eventually(t, 60*time.Second, func() error {
-		var err error
-		if st, err = s.state(id); err != nil {
-			return err
-		}
-		if st.Status != workflows.StatusAwaitingOutcome && st.Status != workflows.StatusDelivered {
-			return fmt.Errorf("status %s", st.Status)
-		}
-		return nil
-	})
-	time.Sleep(3 * time.Second) // past the quiet window: a second publish would have happened by now
-	st, err = s.state(id)
+	require.Equal(t, workflows.StatusDelivered, s.workflowResult(id, 60*time.Second).Status)
+	c.caughtUp(t)
+	st, err := s.state(id)
 	require.NoError(t, err)
 	assert.Equal(t, 1, st.RetryCount)
 	require.Len(t, st.Attempts, 1)
@@ -280,7 +272,7 @@ func (f *frameScanner) scan(b []byte) (publish bool) {
 }
 
 func brokerHostPort(t *testing.T) string {
-	u, err := url.Parse(rabbitURL())
+	u, err := url.Parse(brokertest.URL())
 	require.NoError(t, err)
 	if u.Port() == "" {
 		return u.Hostname() + ":5672"

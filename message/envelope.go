@@ -14,7 +14,7 @@ type Attempt struct {
 	ErrorCode  string    `json:"errorCode,omitempty"`
 	HTTPStatus int       `json:"httpStatus,omitempty"`
 	Category   string    `json:"category"`
-	// ErrorType is the reporter's exception class (seed 001), when the report named one.
+	// ErrorType is the reporter's exception class, when the report named one.
 	ErrorType string `json:"errorType,omitempty"`
 	// StackTrace is the reporter's stack trace, at most MaxStackTraceBytes, when the report had one.
 	StackTrace string `json:"stackTrace,omitempty"`
@@ -24,7 +24,8 @@ type Attempt struct {
 	RetryKey string `json:"retryKey,omitempty"`
 }
 
-// Envelope is the dead-letter message (seed 004's envelope plus seed 001's metadata).
+// Envelope is the dead-letter message: the message as received, why retrying stopped, every
+// attempt, and the reporting service's metadata block.
 type Envelope struct {
 	DLQID              string `json:"dlqId"`
 	MessageID          string `json:"messageId"`
@@ -42,7 +43,7 @@ type Envelope struct {
 	FirstFailureAt time.Time `json:"firstFailureAt"`
 	RoutedToDlqAt  time.Time `json:"routedToDlqAt"`
 	CorrelationID  string    `json:"correlationId,omitempty"`
-	// ErrorType and StackTrace are the last failure's (seed 001's error_details): the last
+	// ErrorType and StackTrace are the last failure's error details: the last
 	// attempt's that has them, filled by WithLastError.
 	ErrorType  string `json:"errorType,omitempty"`
 	StackTrace string `json:"stackTrace,omitempty"`
@@ -53,7 +54,8 @@ type Envelope struct {
 	Metadata        Metadata `json:"metadata"`
 }
 
-// Metadata is seed 001's service metadata block.
+// Metadata is the envelope's service metadata block: who reported the failures, and when the
+// first and last attempts and the dead-lettering happened.
 type Metadata struct {
 	TenantID              string    `json:"tenant_id,omitempty"`
 	DLQTimestamp          time.Time `json:"dlq_timestamp"`

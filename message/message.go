@@ -50,7 +50,7 @@ type Properties struct {
 type FailureReport struct {
 	Message Message `json:"message"`
 
-	// RetryCount is how many retries the message has already had (seed 000): 0 on its first failure.
+	// RetryCount is how many retries the message has already had: 0 on its first failure.
 	RetryCount int `json:"retry_count"`
 	// RetryKey is the x-retry-key of the republish that failed, when the report carries it; it
 	// tells a stale or duplicated report from a fresh one.
@@ -60,7 +60,7 @@ type FailureReport struct {
 
 	// Failure describes the error; the policy package classifies it.
 	Failure policy.Failure `json:"failure"`
-	// ErrorType is the reporter's exception class and StackTrace its stack trace (seed 001),
+	// ErrorType is the reporter's exception class and StackTrace its stack trace,
 	// at most MaxErrorTypeBytes and MaxStackTraceBytes; the workflow keeps them on the attempt.
 	ErrorType  string `json:"error_type,omitempty"`
 	StackTrace string `json:"stack_trace,omitempty"`
@@ -75,7 +75,7 @@ type FailureReport struct {
 
 	// Source says which ingress form carried the report: "retry-message" or "dead-letter".
 	Source string `json:"source,omitempty"`
-	// Service and ServiceVersion name the reporter, for the envelope's metadata (seed 001).
+	// Service and ServiceVersion name the reporter, for the envelope's metadata block.
 	Service        string `json:"service,omitempty"`
 	ServiceVersion string `json:"service_version,omitempty"`
 	// ReportedAt is when the bridge received the report.

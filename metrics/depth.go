@@ -5,16 +5,15 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/converter"
 
-	"retry-scheduler/workflows"
-
 	"retry-scheduler/metrics/promreg"
+	"retry-scheduler/visibility"
+	"retry-scheduler/workflows"
 )
 
 // Visibility is what the depth poller needs from Temporal; a client.Client has both methods.
@@ -30,31 +29,39 @@ type DepthConfig struct {
 	// TaskQueue limits the counts to RetryWorkflows of this task queue, so that deployments
 	// sharing a namespace count apart. Defaults to "" (every task queue).
 	TaskQueue string
-	// Interval is the time between two polls. Defaults to 15s.
+	// Interval is the time between two polls. Defaults to DefaultDepthInterval.
 	Interval time.Duration
-	// Timeout bounds one poll (all its queries). Defaults to 10s.
+	// Timeout bounds one poll (all its queries). Defaults to DefaultDepthTimeout.
 	Timeout time.Duration
 	// PageSize is the most dead letters one list call returns while finding the oldest.
-	// Defaults to 100.
+	// Defaults to DefaultDepthPageSize.
 	PageSize int
-	// Logger logs failed polls. Defaults to slog.Default().
+	// Logger logs failed polls. Nil discards them (they still count in
+	// depth_poll_errors_total).
 	Logger *slog.Logger
 	// Now is the clock. Defaults to time.Now.
 	Now func() time.Time
 }
 
+// Defaults of DepthConfig.
+const (
+	DefaultDepthInterval = 15 * time.Second
+	DefaultDepthTimeout  = 10 * time.Second
+	DefaultDepthPageSize = 100
+)
+
 func (c DepthConfig) withDefaults() DepthConfig {
 	if c.Interval <= 0 {
-		c.Interval = 15 * time.Second
+		c.Interval = DefaultDepthInterval
 	}
 	if c.Timeout <= 0 {
-		c.Timeout = 10 * time.Second
+		c.Timeout = DefaultDepthTimeout
 	}
 	if c.PageSize <= 0 {
-		c.PageSize = 100
+		c.PageSize = DefaultDepthPageSize
 	}
 	if c.Logger == nil {
-		c.Logger = slog.Default()
+		c.Logger = slog.New(slog.DiscardHandler)
 	}
 	if c.Now == nil {
 		c.Now = time.Now
@@ -62,18 +69,16 @@ func (c DepthConfig) withDefaults() DepthConfig {
 	return c
 }
 
-// Statuses the gauges count.
-var (
-	liveStatuses = []workflows.Status{workflows.StatusScheduled, workflows.StatusRepublishing, workflows.StatusAwaitingOutcome}
-	deadStatuses = []workflows.Status{workflows.StatusDead}
-)
+// deadStatuses are the statuses dead_letter_depth counts; retry_queue_depth counts
+// visibility.RetryQueueStatuses.
+var deadStatuses = []workflows.Status{workflows.StatusDead}
 
 // DepthPoller sets the depth gauges from Temporal visibility counts on an interval. One
 // process per deployment is enough (service runs it where the bridge runs); with several,
 // each exports the same values, so aggregate the gauges with max, not sum.
 type DepthPoller struct {
 	cfg DepthConfig
-	vis visibility
+	vis counter
 
 	depth, due, deadDepth, oldestAge, lastSuccess prometheus.Gauge
 	errors                                        prometheus.Counter
@@ -90,11 +95,11 @@ func NewDepthPoller(cfg DepthConfig, reg prometheus.Registerer) *DepthPoller {
 	}
 	return &DepthPoller{
 		cfg: cfg,
-		vis: &temporalVisibility{client: cfg.Client, base: baseQuery(cfg.TaskQueue)},
+		vis: &temporalVisibility{client: cfg.Client, base: visibility.RetryWorkflows(visibility.Running, cfg.TaskQueue)},
 		depth: gauge("retry_queue_depth",
-			"Messages waiting for a retry: RetryWorkflows scheduled, republishing or awaiting-outcome (seed 000), from visibility counts."),
+			"Messages waiting for a retry: RetryWorkflows scheduled, republishing or awaiting-outcome, from visibility counts."),
 		due: gauge("retry_due",
-			"Retries past their NextRetryTime and not republished yet (seed 002's due count), from visibility counts."),
+			"Retries past their NextRetryTime and not republished yet, from visibility counts."),
 		deadDepth: gauge("dead_letter_depth",
 			"Dead letters parked for an operator (RetryStatus dead), from visibility counts."),
 		oldestAge: gauge("dead_letter_oldest_age_seconds",
@@ -144,7 +149,7 @@ func (p *DepthPoller) Poll(ctx context.Context) error {
 		g.Set(float64(n))
 		return n, true
 	}
-	set(p.depth, "retry queue", filter{statuses: liveStatuses})
+	set(p.depth, "retry queue", filter{statuses: visibility.RetryQueueStatuses})
 	set(p.due, "due retries", filter{statuses: []workflows.Status{workflows.StatusScheduled}, nextRetryBy: now})
 	if dead, ok := set(p.deadDepth, "dead letters", filter{statuses: deadStatuses}); ok {
 		oldest, err := p.oldestDeadAt(ctx, now, dead)
@@ -167,6 +172,22 @@ func (p *DepthPoller) Poll(ctx context.Context) error {
 	return nil
 }
 
+// Bounds of the search for the oldest dead letter.
+const (
+	// searchFirstStep is how far before now the search first looks; each step back doubles,
+	// up to searchMaxStep (a century: older DeadAts are not real).
+	searchFirstStep = time.Minute
+	searchMaxStep   = 100 * 365 * 24 * time.Hour
+	// searchSkew is how far past now the search's first upper bound lies, so that a DeadAt
+	// set by a worker whose clock runs ahead is still below it.
+	searchSkew = time.Minute
+	// searchMaxCounts bounds the counts of one search: doubling then bisecting to the
+	// millisecond over a century takes well under a hundred.
+	searchMaxCounts = 100
+	// visibilityPrecision is the finest time difference visibility stores.
+	visibilityPrecision = time.Millisecond
+)
+
 // oldestDeadAt finds the smallest DeadAt among the dead letters. Temporal's SQL visibility
 // (the dev server's SQLite, PostgreSQL, MySQL) refuses ORDER BY ("operation is not
 // supported: 'order by' clause"), so it cannot be one sorted list call. Instead: while more
@@ -183,12 +204,12 @@ func (p *DepthPoller) oldestDeadAt(ctx context.Context, now time.Time, dead int6
 		return p.vis.count(ctx, filter{statuses: deadStatuses, deadBy: t})
 	}
 	if !p.oldest.IsZero() {
-		before, err := deadBy(p.oldest.Add(-time.Millisecond))
+		before, err := deadBy(p.oldest.Add(-visibilityPrecision))
 		if err != nil {
 			return time.Time{}, err
 		}
 		if before == 0 {
-			at, err := deadBy(p.oldest.Add(time.Millisecond))
+			at, err := deadBy(p.oldest.Add(visibilityPrecision))
 			if err != nil {
 				return time.Time{}, err
 			}
@@ -202,20 +223,20 @@ func (p *DepthPoller) oldestDeadAt(ctx context.Context, now time.Time, dead int6
 	// (lo zero: not known yet).
 	var lo, hi time.Time
 	n := dead
-	step := time.Minute
-	for i := 0; n > int64(p.cfg.PageSize) && i < 100; i++ {
+	step := searchFirstStep
+	for i := 0; n > int64(p.cfg.PageSize) && i < searchMaxCounts; i++ {
 		upper := hi
 		if upper.IsZero() {
-			upper = now.Add(time.Minute)
+			upper = now.Add(searchSkew)
 		}
 		var mid time.Time
 		if lo.IsZero() {
 			mid = upper.Add(-step)
-			if step < 100*365*24*time.Hour {
+			if step < searchMaxStep {
 				step *= 2
 			}
 		} else {
-			if upper.Sub(lo) <= time.Millisecond {
+			if upper.Sub(lo) <= visibilityPrecision {
 				break // more than PageSize dead within one millisecond: any of them will do
 			}
 			mid = lo.Add(upper.Sub(lo) / 2)
@@ -248,12 +269,12 @@ func (p *DepthPoller) oldestDeadAt(ctx context.Context, now time.Time, dead int6
 type filter struct {
 	statuses []workflows.Status
 	// nextRetryBy selects NextRetryTime <= it; deadBy selects DeadAt <= it (both to the
-	// millisecond, see visTime).
+	// millisecond, the precision visibility stores).
 	nextRetryBy, deadBy time.Time
 }
 
-// visibility is the poller's view of Temporal: counts and DeadAt values by filter.
-type visibility interface {
+// counter is the poller's view of Temporal: counts and DeadAt values by filter.
+type counter interface {
 	count(ctx context.Context, f filter) (int64, error)
 	deadAts(ctx context.Context, f filter, limit int) ([]time.Time, error)
 }
@@ -261,56 +282,17 @@ type visibility interface {
 // temporalVisibility renders filters as visibility queries.
 type temporalVisibility struct {
 	client Visibility
-	base   string
+	// base selects the running RetryWorkflows of the task queue: a terminated workflow keeps
+	// the RetryStatus it had, so only running ones count.
+	base visibility.Query
 }
 
-// baseQuery selects running RetryWorkflows (of one task queue when given). Running matters:
-// a terminated workflow keeps the RetryStatus it had.
-func baseQuery(taskQueue string) string {
-	q := fmt.Sprintf("WorkflowType = %s AND ExecutionStatus = 'Running'", quote(workflows.RetryWorkflowName))
-	if taskQueue != "" {
-		q += " AND TaskQueue = " + quote(taskQueue)
-	}
-	return q
-}
-
-func (f filter) query(base string) string {
-	var b strings.Builder
-	b.WriteString(base)
-	switch len(f.statuses) {
-	case 0:
-	case 1:
-		fmt.Fprintf(&b, " AND %s = %s", workflows.SAStatus.GetName(), quote(string(f.statuses[0])))
-	default:
-		quoted := make([]string, len(f.statuses))
-		for i, s := range f.statuses {
-			quoted[i] = quote(string(s))
-		}
-		fmt.Fprintf(&b, " AND %s IN (%s)", workflows.SAStatus.GetName(), strings.Join(quoted, ", "))
-	}
-	if !f.nextRetryBy.IsZero() {
-		fmt.Fprintf(&b, " AND %s <= %s", workflows.SANextRetryTime.GetName(), quote(visTime(f.nextRetryBy)))
-	}
-	if !f.deadBy.IsZero() {
-		fmt.Fprintf(&b, " AND %s <= %s", workflows.SADeadAt.GetName(), quote(visTime(f.deadBy)))
-	}
-	return b.String()
-}
-
-// visTime renders "at or before t's millisecond" for a Datetime comparison. The dev server's
-// SQLite visibility stores Datetime attributes as text with exactly three fractional digits
-// ("2025-01-05 00:00:00.500+00:00") and compares them as text with the query's time
-// rendered with trailing zeros trimmed ("2025-01-05 00:00:00.5+00:00"), so a time whose
-// milliseconds end in 0 compares wrongly ("<= 00:00:00.5" misses 00:00:00.500). Half a
-// millisecond past t's millisecond always has four digits, so the text comparison agrees
-// with the time comparison; on other stores it only shifts the bound by 0.5 ms.
-func visTime(t time.Time) string {
-	return t.UTC().Truncate(time.Millisecond).Add(500 * time.Microsecond).Format(time.RFC3339Nano)
-}
-
-// quote renders a visibility query string literal.
-func quote(s string) string {
-	return "'" + strings.NewReplacer(`\`, `\\`, `'`, `\'`).Replace(s) + "'"
+// query is f within base. Both time bounds are "at or before, to the millisecond".
+func (f filter) query(base visibility.Query) string {
+	return base.Statuses(f.statuses...).
+		AtOrBeforeMilli(workflows.SANextRetryTime, f.nextRetryBy).
+		AtOrBeforeMilli(workflows.SADeadAt, f.deadBy).
+		String()
 }
 
 func (v *temporalVisibility) count(ctx context.Context, f filter) (int64, error) {

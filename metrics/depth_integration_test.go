@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/client"
 	sdklog "go.temporal.io/sdk/log"
@@ -50,7 +51,7 @@ func TestDepthPollerAgainstTemporal(t *testing.T) {
 		return id
 	}
 	// Live: two due (one whose due time ends in a round millisecond, the case the SQLite text
-	// comparison gets wrong without visTime), one not yet; one republishing; one awaiting.
+	// comparison gets wrong without the half-millisecond bound), one not yet; one republishing; one awaiting.
 	start(workflows.StatusScheduled, workflows.SANextRetryTime.ValueSet(now.Add(-time.Minute).Truncate(time.Second)))
 	start(workflows.StatusScheduled, workflows.SANextRetryTime.ValueSet(now.Add(-time.Second)))
 	start(workflows.StatusScheduled, workflows.SANextRetryTime.ValueSet(now.Add(time.Hour)))
@@ -74,20 +75,14 @@ func TestDepthPollerAgainstTemporal(t *testing.T) {
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 	}, reg)
 	want := map[string]float64{"depth": 5, "due": 2, "dead": 6, "oldest": now.Sub(oldest).Seconds(), "errors": 0}
-	var got map[string]float64
-	deadline := time.Now().Add(20 * time.Second) // visibility is eventually consistent
-	for {
-		require.NoError(t, p.Poll(ctx))
-		got = gauges(t, p)
-		if fmt.Sprint(got) == fmt.Sprint(want) || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	require.Equal(t, want, got)
+	// Visibility is eventually consistent: poll until it has every workflow.
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		require.NoError(c, p.Poll(ctx))
+		assert.Equal(c, want, gauges(t, p))
+	}, 20*time.Second, 100*time.Millisecond)
 
 	// "DeadAt <= t" where t is exactly a dead letter's DeadAt on a whole second: SQLite
-	// compares "…:05.000+00:00" with "…:05+00:00" as text, which visTime works around.
+	// compares "…:05.000+00:00" with "…:05+00:00" as text, which the half-millisecond bound works around.
 	at, err := p.vis.count(ctx, filter{statuses: deadStatuses, deadBy: oldest})
 	require.NoError(t, err)
 	require.EqualValues(t, 1, at)

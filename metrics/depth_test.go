@@ -18,6 +18,7 @@ import (
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/converter"
 
+	"retry-scheduler/visibility"
 	"retry-scheduler/workflows"
 )
 
@@ -26,7 +27,6 @@ type entry struct {
 	status         workflows.Status
 	next, deadAt   time.Time
 	closed         bool
-	workflowID     string
 	otherTaskQueue bool
 }
 
@@ -98,7 +98,7 @@ func (f *fakeVis) calls() (counts, lists int) {
 
 var t0 = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 
-func newTestPoller(t *testing.T, vis visibility, pageSize int) (*DepthPoller, *prometheus.Registry) {
+func newTestPoller(t *testing.T, vis counter, pageSize int) (*DepthPoller, *prometheus.Registry) {
 	t.Helper()
 	reg := prometheus.NewRegistry()
 	p := NewDepthPoller(DepthConfig{
@@ -249,17 +249,14 @@ func TestOldestDeadLetterSearchSameMillisecond(t *testing.T) {
 }
 
 func TestQueries(t *testing.T) {
-	base := baseQuery("rs-prod")
-	assert.Equal(t, `WorkflowType = 'RetryWorkflow' AND ExecutionStatus = 'Running' AND TaskQueue = 'rs-prod'`, base)
-	assert.Equal(t, `WorkflowType = 'RetryWorkflow' AND ExecutionStatus = 'Running'`, baseQuery(""))
-	assert.Equal(t, `WorkflowType = 'RetryWorkflow' AND ExecutionStatus = 'Running' AND TaskQueue = 'it\'s \\ odd'`, baseQuery(`it's \ odd`))
-
+	base := visibility.RetryWorkflows(visibility.Running, "rs-prod")
+	b := `WorkflowType = 'RetryWorkflow' AND ExecutionStatus = 'Running' AND TaskQueue = 'rs-prod'`
 	now := time.Date(2026, 3, 1, 12, 0, 0, 500_000_000, time.FixedZone("CET", 3600))
-	assert.Equal(t, base+` AND RetryStatus IN ('scheduled', 'republishing', 'awaiting-outcome')`,
-		filter{statuses: liveStatuses}.query(base))
-	assert.Equal(t, base+` AND RetryStatus = 'scheduled' AND NextRetryTime <= '2026-03-01T11:00:00.5005Z'`,
+	assert.Equal(t, b+` AND RetryStatus IN ('scheduled', 'republishing', 'awaiting-outcome')`,
+		filter{statuses: visibility.RetryQueueStatuses}.query(base))
+	assert.Equal(t, b+` AND RetryStatus = 'scheduled' AND NextRetryTime <= '2026-03-01T11:00:00.5005Z'`,
 		filter{statuses: []workflows.Status{workflows.StatusScheduled}, nextRetryBy: now}.query(base))
-	assert.Equal(t, base+` AND RetryStatus = 'dead' AND DeadAt <= '2026-03-01T11:00:00.0005Z'`,
+	assert.Equal(t, b+` AND RetryStatus = 'dead' AND DeadAt <= '2026-03-01T11:00:00.0005Z'`,
 		filter{statuses: deadStatuses, deadBy: now.Add(-499999 * time.Microsecond)}.query(base))
 }
 
@@ -289,7 +286,7 @@ func TestTemporalVisibility(t *testing.T) {
 		{SearchAttributes: &commonpb.SearchAttributes{IndexedFields: map[string]*commonpb.Payload{"DeadAt": p}}},
 		{SearchAttributes: &commonpb.SearchAttributes{}}, // DeadAt unset in the meantime
 	}}
-	v := &temporalVisibility{client: fc, base: baseQuery("")}
+	v := &temporalVisibility{client: fc, base: visibility.RetryWorkflows(visibility.Running, "")}
 	n, err := v.count(context.Background(), filter{statuses: deadStatuses})
 	require.NoError(t, err)
 	assert.EqualValues(t, 7, n)
@@ -302,4 +299,12 @@ func TestTemporalVisibility(t *testing.T) {
 		`WorkflowType = 'RetryWorkflow' AND ExecutionStatus = 'Running' AND RetryStatus = 'dead'`,
 		`WorkflowType = 'RetryWorkflow' AND ExecutionStatus = 'Running' AND RetryStatus = 'dead'`,
 	}, fc.queries)
+}
+
+// The poller never logs through the process-wide default logger: a nil Logger discards.
+func TestNilLoggerDiscards(t *testing.T) {
+	p := NewDepthPoller(DepthConfig{Client: &fakeClient{}}, prometheus.NewRegistry())
+	require.NotNil(t, p.cfg.Logger)
+	assert.NotSame(t, slog.Default(), p.cfg.Logger)
+	assert.False(t, p.cfg.Logger.Enabled(context.Background(), slog.LevelError))
 }

@@ -11,13 +11,14 @@ import (
 
 // workflowCounters are the counters RetryWorkflow emits through workflow.GetMetricsHandler
 // (replay-safe: the SDK wraps the handler so that nothing is recorded while replaying). They
-// go to plain Prometheus counters labelled by original queue only, as seed 000 names them,
-// rather than through tally, which would add namespace/task_queue/workflow_type labels,
-// give them a generated help text, and (with the SDK's sanitize options) rewrite label
-// values ("orders.eu" → "orders_eu"), so they would not join with retries_executed_total.
+// go to plain Prometheus counters labelled by original queue only, like
+// retries_executed_total, rather than through tally, which would add
+// namespace/task_queue/workflow_type labels, give them a generated help text, and (with the
+// SDK's sanitize options) rewrite label values ("orders.eu" → "orders_eu"), so they would not
+// join with retries_executed_total.
 var workflowCounters = []struct{ name, help string }{
-	{workflows.MetricRetriesScheduled, "Retries scheduled (a delay started, or an operator's retry of a dead letter), by original queue (seed 000)."},
-	{workflows.MetricRetriesExhausted, "Messages dead-lettered because max retries were exhausted, by original queue (seed 000; seed 002's dead count)."},
+	{workflows.MetricRetriesScheduled, "Retries scheduled (a delay started, or an operator's retry of a dead letter), by original queue."},
+	{workflows.MetricRetriesExhausted, "Messages dead-lettered because max retries were exhausted, by original queue."},
 }
 
 // workflowCounterLabel is the one tag of the workflow counters that becomes a label.

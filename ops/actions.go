@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -50,21 +51,13 @@ func (act action) legal() workflows.LegalAction {
 	panic("ops: action " + act.Name + " has no row in workflows.LegalActions")
 }
 
-func statusList(ss []workflows.Status) string {
+// statusNames lists ss for a message, separated by sep.
+func statusNames(ss []workflows.Status, sep string) string {
 	out := make([]string, len(ss))
 	for i, s := range ss {
 		out[i] = string(s)
 	}
-	return strings.Join(out, " or ")
-}
-
-func allowed(ss []workflows.Status, s workflows.Status) bool {
-	for _, x := range ss {
-		if x == s {
-			return true
-		}
-	}
-	return false
+	return strings.Join(out, sep)
 }
 
 // reachable loads id for p and refuses what no workflow can answer: a closed run, or a run in
@@ -103,9 +96,9 @@ func (a *API) apply(ctx context.Context, p Principal, act action, id, reason str
 	if why := workflows.ActionRefusal(act.Signal, &l.state); why != "" {
 		return &apiError{Status: http.StatusConflict, Current: cur, Msg: fmt.Sprintf("message %q: %s", id, why)}
 	}
-	if only != nil && !allowed(only, cur) {
+	if only != nil && !slices.Contains(only, cur) {
 		return &apiError{Status: http.StatusConflict, Current: cur,
-			Msg: fmt.Sprintf("message %q is %s, not %s", id, cur, statusList(only))}
+			Msg: fmt.Sprintf("message %q is %s, not %s", id, cur, statusNames(only, " or "))}
 	}
 	err = a.cfg.Client.SignalWorkflow(ctx, id, "", act.Signal, workflows.OperatorAction{Actor: p.Name, Reason: reason})
 	var nf *serviceerror.NotFound
@@ -178,7 +171,7 @@ func (a *API) postMessageAction(w http.ResponseWriter, r *http.Request) {
 	a.single(w, r, act, rest[:i])
 }
 
-// deleteDeadLetter is seed 003's DELETE of a dead letter: discard.
+// deleteDeadLetter is DELETE of a dead letter: it discards it.
 func (a *API) deleteDeadLetter(w http.ResponseWriter, r *http.Request) {
 	a.single(w, r, actionDiscard, r.PathValue("id"))
 }
@@ -194,7 +187,7 @@ func (a *API) single(w http.ResponseWriter, r *http.Request, act action, id stri
 		fail(w, err)
 		return
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second+a.cfg.ActionWait)
+	ctx, cancel := context.WithTimeout(r.Context(), readTimeout+a.cfg.ActionWait)
 	defer cancel()
 	st, err := a.update(ctx, p, act, id, req.Reason)
 	if err != nil {
@@ -252,12 +245,12 @@ func (a *API) bulk(act action, from workflows.Status) http.HandlerFunc {
 			fail(w, err)
 			return
 		}
-		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Minute)
+		ctx, cancel := context.WithTimeout(r.Context(), bulkTimeout)
 		defer cancel()
 		res := BulkResult{Errors: map[string]string{}}
 		var mu sync.Mutex
 		var g errgroup.Group
-		g.SetLimit(8)
+		g.SetLimit(bulkParallel)
 		for _, id := range req.IDs {
 			g.Go(func() error {
 				err := a.apply(ctx, p, act, id, req.Reason, []workflows.Status{from})
@@ -333,15 +326,15 @@ func (a *API) filtered(act action, from workflows.Status) http.HandlerFunc {
 		}
 		f, err := req.filter(a.cfg.Now(), from)
 		if err == nil {
-			err = tenantScope(p, &f)
+			err = scopeFilter(p, &f)
 		}
 		if err != nil {
 			fail(w, err)
 			return
 		}
-		query := a.scope.Query(f)
+		query := f.query(a.cfg.TaskQueue)
 		if req.DryRun {
-			ctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)
+			ctx, cancel := context.WithTimeout(r.Context(), listTimeout)
 			defer cancel()
 			c, err := a.cfg.Client.CountWorkflow(ctx, &workflowservice.CountWorkflowExecutionsRequest{Namespace: a.cfg.Namespace, Query: query})
 			if err != nil {
@@ -351,7 +344,7 @@ func (a *API) filtered(act action, from workflows.Status) http.HandlerFunc {
 			writeJSON(w, http.StatusOK, FilteredResult{DryRun: true, Count: c.GetCount()})
 			return
 		}
-		scanCtx, cancel := context.WithTimeout(r.Context(), 30*time.Second)
+		scanCtx, cancel := context.WithTimeout(r.Context(), listTimeout)
 		items, truncated, err := a.scan(scanCtx, query)
 		cancel()
 		if err != nil {
@@ -367,7 +360,7 @@ func (a *API) filtered(act action, from workflows.Status) http.HandlerFunc {
 			ids[i] = it.ID
 			err := lim.Wait(ctx)
 			if err == nil {
-				actx, cancel := context.WithTimeout(ctx, 15*time.Second)
+				actx, cancel := context.WithTimeout(ctx, filteredItemTimeout)
 				err = a.apply(actx, p, act, it.ID, req.Reason, []workflows.Status{from})
 				cancel()
 			}

@@ -72,8 +72,8 @@ func (f *fakeTemporal) ListWorkflow(_ context.Context, req *workflowservice.List
 	var out []*workflowpb.WorkflowExecutionInfo
 	for _, id := range ids {
 		s := f.wfs[id]
-		wantDead := strings.Contains(req.GetQuery(), `RetryStatus = "dead"`)
-		wantClosed := strings.Contains(req.GetQuery(), `ExecutionStatus = "Completed"`)
+		wantDead := strings.Contains(req.GetQuery(), `RetryStatus = 'dead'`)
+		wantClosed := strings.Contains(req.GetQuery(), `ExecutionStatus = 'Completed'`)
 		if f.closed[id] != wantClosed || (!wantClosed && (s.Status == workflows.StatusDead) != wantDead) {
 			continue
 		}
@@ -420,7 +420,7 @@ func TestRefusals(t *testing.T) {
 
 	code, out := h.do("acme", "GET", "/api/dead-letters", "")
 	require.Equal(t, 200, code)
-	assert.Contains(t, h.fake.queries[len(h.fake.queries)-1], `TenantId = "acme"`, "a scoped token's lists are filtered")
+	assert.Contains(t, h.fake.queries[len(h.fake.queries)-1], `TenantId = 'acme'`, "a scoped token's lists are filtered")
 	_ = out
 }
 
@@ -443,7 +443,7 @@ func TestBulkAndReplay(t *testing.T) {
 	code, out = h.do("o", "POST", "/api/dead-letters/replay", `{"queue":"orders","older_than":"1h","dry_run":true}`)
 	require.Equal(t, 200, code, out)
 	assert.EqualValues(t, 2, out["count"])
-	assert.Contains(t, h.fake.queries[len(h.fake.queries)-1], `DeadAt < "2026-03-01T11:00:00Z"`)
+	assert.Contains(t, h.fake.queries[len(h.fake.queries)-1], `DeadAt < '2026-03-01T11:00:00Z'`)
 	code, out = h.do("o", "POST", "/api/dead-letters/replay", `{"queue":"orders","older_than":"1h"}`)
 	require.Equal(t, 200, code, out)
 	assert.EqualValues(t, 2, out["count"])
@@ -528,11 +528,11 @@ func TestEventTypeColumnAndFilter(t *testing.T) {
 	h.fake.wfs[fromState.WorkflowID].Message.EventType = "order.paid"
 	code, out := h.do("v", "GET", "/api/retry-queue?event_type=order.created", "")
 	require.Equal(t, 200, code, out)
-	assert.Contains(t, h.fake.queries[len(h.fake.queries)-1], `EventType = "order.created"`)
+	assert.Contains(t, h.fake.queries[len(h.fake.queries)-1], `EventType = 'order.created'`)
 	assert.Equal(t, "order.created", out["items"].([]any)[0].(map[string]any)["event_type"])
 	code, out = h.do("v", "GET", "/api/dead-letters?event_type=order.paid", "")
 	require.Equal(t, 200, code, out)
-	assert.Contains(t, h.fake.queries[len(h.fake.queries)-1], `EventType = "order.paid"`)
+	assert.Contains(t, h.fake.queries[len(h.fake.queries)-1], `EventType = 'order.paid'`)
 	assert.Equal(t, "order.paid", out["items"].([]any)[0].(map[string]any)["event_type"])
 	code, out = h.do("v", "GET", "/api/dead-letters?event_type="+url.QueryEscape(`x" OR "1"="1`), "")
 	assert.Equal(t, 400, code, out)
@@ -601,7 +601,7 @@ func TestDelivered(t *testing.T) {
 	code, out := h.do("v", "GET", "/api/delivered", "")
 	require.Equal(t, 200, code, out)
 	assert.Contains(t, h.fake.queries[len(h.fake.queries)-1],
-		`ExecutionStatus = "Completed" AND TaskQueue = "tq" AND RetryStatus = "delivered" AND CloseTime >= "2026-02-28T12:00:00Z"`)
+		`ExecutionStatus = 'Completed' AND TaskQueue = 'tq' AND RetryStatus = 'delivered' AND CloseTime >= '2026-02-28T12:00:00Z'`)
 	assert.Equal(t, []string{"retry/orders/new", "retry/orders/noresult", "retry/orders/old"}, ids(out), "newest first")
 	rows := out["items"].([]any)
 	first := rows[0].(map[string]any)
@@ -615,7 +615,7 @@ func TestDelivered(t *testing.T) {
 
 	code, _ = h.do("v", "GET", "/api/delivered?since=7d&queue=orders&event_type=order.created", "")
 	require.Equal(t, 200, code)
-	assert.Contains(t, h.fake.queries[len(h.fake.queries)-1], `EventType = "order.created" AND CloseTime >= "2026-02-22T12:00:00Z"`)
+	assert.Contains(t, h.fake.queries[len(h.fake.queries)-1], `EventType = 'order.created' AND CloseTime >= '2026-02-22T12:00:00Z'`)
 	for _, bad := range []string{"?since=forever", "?since=100d", "?status=dead"} {
 		code, out := h.do("v", "GET", "/api/delivered"+bad, "")
 		assert.Equal(t, 400, code, bad)
@@ -633,7 +633,7 @@ func TestRetryMatching(t *testing.T) {
 
 	code, out := h.do("o", "POST", "/api/retry-queue/retry-matching", `{"queue":"orders","event_type":"order.created","dry_run":true}`)
 	require.Equal(t, 200, code, out)
-	assert.Contains(t, h.fake.queries[len(h.fake.queries)-1], `RetryStatus = "scheduled" AND OriginalQueue = "orders" AND EventType = "order.created"`)
+	assert.Contains(t, h.fake.queries[len(h.fake.queries)-1], `RetryStatus = 'scheduled' AND OriginalQueue = 'orders' AND EventType = 'order.created'`)
 	assert.EqualValues(t, 2, out["count"], "the fake does not evaluate the query: both scheduled items")
 	assert.Equal(t, true, out["dry_run"])
 	assert.Equal(t, workflows.StatusScheduled, h.fake.wfs["retry/orders/a"].Status, "a dry run changes nothing")
@@ -642,7 +642,7 @@ func TestRetryMatching(t *testing.T) {
 	// other tenant's item is refused by the per-item check).
 	code, out = h.do("acme", "POST", "/api/retry-queue/retry-matching", `{"reason":"smtp back"}`)
 	require.Equal(t, 200, code, out)
-	assert.Contains(t, h.fake.queries[len(h.fake.queries)-1], `TenantId = "acme"`)
+	assert.Contains(t, h.fake.queries[len(h.fake.queries)-1], `TenantId = 'acme'`)
 	assert.EqualValues(t, 1, out["succeeded"])
 	assert.EqualValues(t, 1, out["failed"])
 	assert.Contains(t, out["errors"].(map[string]any)["retry/orders/a"], "another tenant")
@@ -716,4 +716,15 @@ func TestParkedPoisonIsADeadLetter(t *testing.T) {
 	assert.Equal(t, 200, code, "%v", out)
 	code, out = h.do("o", "POST", "/api/messages/"+url.PathEscape(big.WorkflowID)+"/discard", "")
 	assert.Equal(t, 200, code, "%v", out)
+}
+
+// The API logs its audit lines to the logger it is given, never to the process-wide default.
+func TestNewAPIRequiresALogger(t *testing.T) {
+	_, err := NewAPI(APIConfig{Client: newFake(), Auth: Disabled()})
+	require.ErrorContains(t, err, "Logger")
+	api, err := NewAPI(APIConfig{Client: newFake(), Auth: Disabled(), Logger: slog.New(slog.DiscardHandler)})
+	require.NoError(t, err)
+	assert.Equal(t, DefaultMaxScan, api.cfg.MaxScan)
+	assert.Equal(t, workflows.DefaultTaskQueue, api.cfg.TaskQueue)
+	assert.Equal(t, client.DefaultNamespace, api.cfg.Namespace)
 }

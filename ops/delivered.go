@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
-	"time"
 
 	enumspb "go.temporal.io/api/enums/v1"
 	"golang.org/x/sync/errgroup"
@@ -14,16 +13,16 @@ import (
 )
 
 // enrichDelivered adds each delivered row's result (the retry that succeeded, how many
-// deliveries it took) from its workflow's close event, a few at a time; a row whose history
+// deliveries it took) from its workflow's close event, enrichParallel rows at a time; a row whose history
 // cannot be read keeps its visibility fields and says why in DetailError. The close event is
 // one event: no query, so no worker has to replay a closed run.
 func (a *API) enrichDelivered(ctx context.Context, items []Item) {
 	var g errgroup.Group
-	g.SetLimit(8)
+	g.SetLimit(enrichParallel)
 	for i := range items {
 		it := &items[i]
 		g.Go(func() error {
-			hctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+			hctx, cancel := context.WithTimeout(ctx, enrichTimeout)
 			defer cancel()
 			res, err := a.result(hctx, it.ID, it.RunID)
 			if err != nil {

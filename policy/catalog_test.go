@@ -21,7 +21,7 @@ func TestNewCatalog(t *testing.T) {
 	assert.Empty(t, note)
 }
 
-// Seed 004's catalogue caps unknown errors at 2 retries; the other seeds' policies do not.
+// The tiers cap unknown errors at 2 retries; the other built-in policies do not.
 func TestBuiltinUnknownCaps(t *testing.T) {
 	for name, p := range Builtins() {
 		switch name {

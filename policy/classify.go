@@ -69,12 +69,12 @@ var reasonRules = []reasonRule{
 type Rules int
 
 const (
-	// RulesUnknownCapEverywhere are the rules before issue 11: unknown errors get at most 2
+	// RulesUnknownCapEverywhere are the older rules: unknown errors get at most 2
 	// retries under every policy, and socket error codes count only in the error_code field.
 	RulesUnknownCapEverywhere Rules = iota
 	// RulesUnknownCapPerPolicy: the cap on unknown errors is the policy's UnknownMaxRetries
 	// (none when 0), and socket error codes (and "socket hang up") in the reason text are
-	// transient like the error_code field (seed 000's Node.js consumers report them that way).
+	// transient like the error_code field (Node.js consumers put them in the reason).
 	RulesUnknownCapPerPolicy
 	// CurrentRules are the rules new decisions follow.
 	CurrentRules = RulesUnknownCapPerPolicy
@@ -86,7 +86,7 @@ const legacyUnknownMaxRetries = 2
 // Classify puts a failure in a category under CurrentRules.
 func Classify(f Failure) Category { return CurrentRules.Classify(f) }
 
-// Classify puts a failure in a category (seed 004's decision tree): an explicit category
+// Classify puts a failure in a category by a fixed decision tree: an explicit category
 // from the reporter wins, then the HTTP status, then the error code, then the reason
 // text; anything unrecognised is Unknown, which is retried only briefly.
 func (r Rules) Classify(f Failure) Category {

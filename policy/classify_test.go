@@ -44,7 +44,7 @@ func TestRetryable(t *testing.T) {
 	}
 }
 
-// The rules before issue 11 do not read socket codes in the reason text.
+// The older rules do not read socket codes in the reason text.
 func TestClassifyUnknownCapEverywhere(t *testing.T) {
 	old := RulesUnknownCapEverywhere
 	assert.Equal(t, Unknown, old.Classify(Failure{Reason: "ECONNRESET: socket hang up"}))

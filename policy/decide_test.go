@@ -62,7 +62,7 @@ func TestDecide(t *testing.T) {
 			want: Decision{Category: Transient, Cause: CauseExhausted, Reason: "exhausted: 0 of 0 retries used"},
 		},
 
-		// Unknown failures get at most the policy's unknown_max_retries (2 on seed 004's policies).
+		// Unknown failures get at most the policy's unknown_max_retries (2 on the tiers).
 		{
 			name: "unknown retried while under 2", p: std, f: unknown, retryCount: 1,
 			want: Decision{Retry: true, Attempt: 2, Delay: 1 * s, Category: Unknown, Reason: "unknown: retry 2 of 2 in 1s"},
@@ -72,7 +72,7 @@ func TestDecide(t *testing.T) {
 			want: Decision{Attempt: 2, Category: Unknown, Cause: CauseExhausted, Reason: "exhausted: 2 of 2 retries used (unknown errors get at most 2)"},
 		},
 		{
-			name: "seed 000's default does not cap unknown", p: def, f: unknown, retryCount: 2,
+			name: "the default policy does not cap unknown", p: def, f: unknown, retryCount: 2,
 			want: Decision{Retry: true, Attempt: 3, Delay: 8 * s, Category: Unknown, Reason: "unknown: retry 3 of 3 in 8s"},
 		},
 		{
@@ -166,7 +166,7 @@ func TestDecide(t *testing.T) {
 	}
 }
 
-// Workflows that started before issue 11 keep the old rules on replay: unknown errors capped
+// Workflows that decided under the older rules keep them on replay: unknown errors capped
 // at 2 under every policy, socket codes in the reason text not read.
 func TestDecideUnknownCapEverywhere(t *testing.T) {
 	b := Builtins()
@@ -192,7 +192,7 @@ func TestDecideUnknownCapEverywhere(t *testing.T) {
 			want: Decision{Attempt: 2, Category: Unknown, Cause: CauseExhausted, Reason: "exhausted: 2 of 2 retries used (unknown errors get at most 2)"},
 		},
 		{
-			name: "seed 004 policy agrees with the current rules", p: std, f: Failure{HTTPStatus: 500}, retryCount: 1,
+			name: "a tier agrees with the current rules", p: std, f: Failure{HTTPStatus: 500}, retryCount: 1,
 			want: Decision{Retry: true, Attempt: 2, Delay: time.Second, Category: Unknown, Reason: "unknown: retry 2 of 2 in 1s"},
 		},
 	}

@@ -5,7 +5,7 @@ package policy
 
 import "time"
 
-// Category is the class of a failure (seed 004, with seed 001's names).
+// Category is the class of a failure: it decides whether the failure is retried, and how.
 type Category string
 
 // The categories. Transient, RateLimited and Unknown are retried; the rest go to dead at once.
@@ -58,11 +58,11 @@ type JitterMode string
 const (
 	// NoJitter keeps the delay as it is.
 	NoJitter JitterMode = "none"
-	// Additive adds u·Max (seed 000: 0–1 s).
+	// Additive adds u·Max (the default policy: 0–1 s).
 	Additive JitterMode = "additive"
-	// Proportional multiplies by 1 ± Fraction (seed 001: ±20 %).
+	// Proportional multiplies by 1 ± Fraction (the outbound policy: ±20 %).
 	Proportional JitterMode = "proportional"
-	// Equal multiplies by 0.5 + u·0.5 (seed 004).
+	// Equal multiplies by 0.5 + u·0.5 (the tiers, aggressive to none).
 	Equal JitterMode = "equal"
 )
 
@@ -81,8 +81,8 @@ type Policy struct {
 	// MaxRetries is how many republishes a message gets; the failure after the last is dead.
 	MaxRetries int `json:"max_retries"`
 	// UnknownMaxRetries, when above 0, caps the retries of failures classified Unknown: they
-	// may be permanent, so seed 004's policies give them 2 chances rather than the full
-	// budget. 0 means no cap (seed 000's default retries every error alike).
+	// may be permanent, so the tiers (aggressive to none) give them 2 chances rather than the
+	// full budget. 0 means no cap (the default policy retries every error alike).
 	UnknownMaxRetries int `json:"unknown_max_retries,omitempty"`
 	// MaxWindow, when above 0, sends the message to dead once a retry would fall later than
 	// this after the first failure.

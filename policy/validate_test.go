@@ -56,8 +56,8 @@ func TestBuiltinsAreFresh(t *testing.T) {
 	assert.Contains(t, b, DefaultName)
 }
 
-func TestSeedDefault(t *testing.T) {
-	p := SeedDefault(7, 500*time.Millisecond, 10*time.Second)
+func TestDefault(t *testing.T) {
+	p := Default(7, 500*time.Millisecond, 10*time.Second)
 	assert.Equal(t, Policy{
 		Name:        DefaultName,
 		Backoff:     Backoff{Kind: Exponential, Initial: 500 * time.Millisecond, Multiplier: 2, Max: 10 * time.Second},
@@ -65,7 +65,7 @@ func TestSeedDefault(t *testing.T) {
 		MaxRetries:  7,
 		QuietWindow: 30 * time.Second,
 	}, p)
-	assert.Equal(t, Builtins()[DefaultName], SeedDefault(3, 2*time.Second, time.Minute))
+	assert.Equal(t, Builtins()[DefaultName], Default(3, 2*time.Second, time.Minute))
 }
 
 func TestPolicyValidate(t *testing.T) {

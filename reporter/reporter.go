@@ -117,7 +117,7 @@ const probeWorkflowID = "retry-scheduler-probe/never-started"
 // every failed report would then count against its message.
 func Probe(c client.Client) func(ctx context.Context) error {
 	return func(ctx context.Context) error {
-		_, err := c.DescribeWorkflowExecution(ctx, probeWorkflowID, "")
+		_, err := c.DescribeWorkflow(ctx, probeWorkflowID, "")
 		var notFound *serviceerror.NotFound
 		if err == nil || errors.As(err, &notFound) {
 			return nil

@@ -9,8 +9,13 @@ import (
 	"go.temporal.io/sdk/client"
 
 	"retry-scheduler/message"
+	"retry-scheduler/visibility"
 	"retry-scheduler/workflows"
 )
+
+// historyRunsPage is how many closed runs of one message PriorAttempts reads: one page, as
+// visibility lists the most recently closed runs first.
+const historyRunsPage = 100
 
 // history reads a message's earlier runs through Temporal: visibility finds the latest
 // closed run, the state query (answered by replaying it on a worker) gives its attempts.
@@ -22,8 +27,8 @@ type history struct {
 func (h history) PriorAttempts(ctx context.Context, workflowID, runID string) ([]message.Attempt, error) {
 	resp, err := h.client.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{
 		Namespace: h.namespace,
-		Query:     fmt.Sprintf("WorkflowId = %q AND ExecutionStatus != 'Running'", workflowID),
-		PageSize:  100,
+		Query:     visibility.RunsOf(workflowID).NotEqual(visibility.ExecutionStatus, visibility.Running).String(),
+		PageSize:  historyRunsPage,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("list runs: %w", err)

@@ -5,7 +5,6 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
-	"time"
 
 	"go.temporal.io/sdk/converter"
 
@@ -20,7 +19,7 @@ func opsAuth(cfg config.Config, logger *slog.Logger) (*ops.Auth, error) {
 		logger.Warn("ops API authentication is off (API_AUTH=off): every caller is an admin; for local development only")
 		return ops.Disabled(), nil
 	}
-	tokens, err := ops.ParseTokens("API_TOKENS", cfg.APITokens)
+	tokens, err := ops.ParseTokens("API_TOKENS", cfg.APITokens.Reveal())
 	if err != nil {
 		return nil, err
 	}
@@ -61,7 +60,6 @@ func mountOpsAPI(mux *http.ServeMux, cfg config.Config, tc ops.Temporal, dc conv
 		TaskQueue:     cfg.TaskQueue,
 		ReplayRate:    float64(cfg.ReplayRate),
 		WebUIURL:      cfg.TemporalUIURL,
-		ActionWait:    5 * time.Second,
 		Logger:        logger,
 	})
 	if err != nil {

@@ -28,7 +28,7 @@ func TemporalOptions(cfg config.Config) (client.Options, error) {
 		opts.ConnectionOptions.TLS = tlsConfig
 	}
 	if cfg.TemporalAPIKey != "" {
-		opts.Credentials = client.NewAPIKeyStaticCredentials(cfg.TemporalAPIKey)
+		opts.Credentials = client.NewAPIKeyStaticCredentials(cfg.TemporalAPIKey.Reveal())
 		if tlsConfig == nil {
 			// TEMPORAL_TLS=false on a loopback address (Validate refuses it elsewhere): without
 			// this the SDK would switch TLS on by itself for an API key.
@@ -57,5 +57,5 @@ func codecHandler(cfg config.Config) (http.Handler, error) {
 	if pc == nil {
 		return nil, fmt.Errorf("CODEC_TOKEN: set, but PAYLOAD_KEYS is empty")
 	}
-	return codec.Handler(pc, codec.HandlerOptions{Token: cfg.CodecToken, AllowedOrigins: cfg.CodecOrigins()})
+	return codec.Handler(pc, codec.HandlerOptions{Token: cfg.CodecToken.Reveal(), AllowedOrigins: cfg.CodecOrigins()})
 }

@@ -1,5 +1,6 @@
-// Package service assembles the processes of SPEC §2 from their parts: the worker, the
-// bridge and the ops HTTP server, alone or all in one process.
+// Package service assembles the service's processes from their parts: the worker (many
+// replicas), the bridge (many replicas) with the ops HTTP server beside it, or all three in
+// one process, the local default.
 package service
 
 import (
@@ -39,12 +40,20 @@ const (
 	fatalStopWait = 20 * time.Second
 )
 
+// The ops HTTP server's bounds: a client gets readHeaderTimeout to send its request headers
+// (slow clients cannot hold connections open), and a stopping server lets requests in
+// flight finish for up to shutdownTimeout.
+const (
+	readHeaderTimeout = 5 * time.Second
+	shutdownTimeout   = 5 * time.Second
+)
+
 // Run runs the configured mode until ctx is done, then shuts down gracefully. A fatal worker
 // error shuts it down too, and Run then returns that error.
 func Run(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
-	runOps := cfg.Mode == "all" || cfg.Mode == "bridge"
-	runWorker := cfg.Mode == "all" || cfg.Mode == "worker"
-	runBridge := cfg.Mode == "all" || cfg.Mode == "bridge"
+	runOps := cfg.Mode == config.ModeAll || cfg.Mode == config.ModeBridge
+	runWorker := cfg.Mode == config.ModeAll || cfg.Mode == config.ModeWorker
+	runBridge := cfg.Mode == config.ModeAll || cfg.Mode == config.ModeBridge
 	var auth *ops.Auth
 	if runOps {
 		var err error
@@ -88,7 +97,7 @@ func Run(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 			return err
 		}
 	}
-	if err := broker.Declare(bcfg, broker.Topology(bcfg, cfg.RetryQueue, cfg.ManualReviewQueue, deadLetterQueues(catalog)...)...); err != nil {
+	if err := broker.Declare(bcfg, logger.With("component", "declare"), broker.Topology(bcfg, cfg.RetryQueue, cfg.ManualReviewQueue, deadLetterQueues(catalog)...)...); err != nil {
 		return fmt.Errorf("declare topology: %w", err)
 	}
 	pub := broker.NewPublisher(bcfg, logger.With("component", "publisher"))
@@ -178,7 +187,7 @@ func Run(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 	srv := &http.Server{
 		Addr:              cfg.HTTPAddr,
 		Handler:           mux,
-		ReadHeaderTimeout: 5 * time.Second,
+		ReadHeaderTimeout: readHeaderTimeout,
 	}
 	g.Go(func() error {
 		logger.Info("http listening", "addr", srv.Addr, "mode", cfg.Mode, "service", cfg.ServiceName, "service_version", cfg.ServiceVersion)
@@ -194,7 +203,7 @@ func Run(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 			t := time.NewTimer(time.Until(at.Add(fatalLinger)))
 			<-t.C
 		}
-		shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		shutdownCtx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
 		defer cancel()
 		return srv.Shutdown(shutdownCtx)
 	})
@@ -222,8 +231,8 @@ func stopWorker(w sdkworker.Worker, fatal *worker.Fatal, logger *slog.Logger) {
 }
 
 // loadCatalog is the built-in catalogue and the policy file. DEFAULT_MAX_RETRIES,
-// BASE_DELAY_MS and MAX_DELAY_MS shape the built-in default policy (seed 000), used where no
-// route matches; a policy file that defines its own "default" keeps it.
+// BASE_DELAY_MS and MAX_DELAY_MS shape the built-in "default" policy, used where no route
+// matches; a policy file that defines its own "default" keeps it.
 func loadCatalog(cfg config.Config) (*policy.Catalog, error) {
 	c := policy.NewCatalog()
 	if cfg.PolicyFile != "" {
@@ -233,7 +242,7 @@ func loadCatalog(cfg config.Config) (*policy.Catalog, error) {
 		}
 	}
 	if reflect.DeepEqual(c.Policies[policy.DefaultName], policy.Builtins()[policy.DefaultName]) {
-		c.Set(policy.SeedDefault(cfg.DefaultMaxRetries, cfg.BaseDelay, cfg.MaxDelay))
+		c.Set(policy.Default(cfg.DefaultMaxRetries, cfg.BaseDelay, cfg.MaxDelay))
 	}
 	return c, c.Validate()
 }

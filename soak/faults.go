@@ -27,11 +27,6 @@ const (
 var allFaults = []string{faultWorkerKill, faultBridgeKill, faultTemporalRestart, faultCloseConns,
 	faultRabbitRestart, faultLatency, faultCutConfirms, faultCutAMQP, faultCutTemporal}
 
-// isKill says whether a fault kills a process (the -kills budget).
-func isKill(kind string) bool {
-	return kind == faultWorkerKill || kind == faultBridgeKill || kind == faultTemporalRestart
-}
-
 // parseFaults reads a comma-separated list ("all" for every kind).
 func parseFaults(s string) ([]string, error) {
 	if s == "" || s == "all" {

@@ -3,8 +3,9 @@
 // -engine postgres the Temporal server on PostgreSQL, the local RabbitMQ) while a fault
 // schedule kills processes, restarts the broker and the Temporal server,
 // and cuts, partitions and slows the service's connections through loopback proxies. At the
-// end it counts, per message, what was lost and what was unexpected (SPEC §8), prints the
-// figures and writes them as JSON. See soak/README.md.
+// end it counts, per message, what was lost (neither delivered, dead-lettered nor parked) and
+// what was unexpected (a wrong outcome, a duplicate with another key, attempts beyond the
+// maximum, a changed payload), prints the figures and writes them as JSON. See soak/README.md.
 package main
 
 import (
@@ -23,6 +24,7 @@ import (
 	"syscall"
 	"time"
 
+	"retry-scheduler/broker/brokertest"
 	"retry-scheduler/devserver"
 )
 
@@ -77,10 +79,7 @@ func parseFlags(args []string) (options, error) {
 	fs.BoolVar(&o.verbose, "v", false, "log the soak's own clients (reconnects, retries)")
 	engine := fs.String("engine", string(devserver.EngineDev), "Temporal engine: dev (the CLI's dev server on SQLite) or postgres (the Temporal server "+devserver.ServerVersion+
 		" on PostgreSQL: "+devserver.EnvPostgresHost+", _PORT, _USER, _PASSWORD; default 127.0.0.1:5432 as postgres)")
-	o.rabbitURL = os.Getenv("RABBITMQ_URL")
-	if o.rabbitURL == "" {
-		o.rabbitURL = "amqp://guest:guest@127.0.0.1:5672/"
-	}
+	o.rabbitURL = brokertest.URL()
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}

@@ -13,6 +13,7 @@ import (
 	"go.temporal.io/sdk/client"
 
 	"retry-scheduler/broker"
+	"retry-scheduler/config"
 	"retry-scheduler/devserver"
 	"retry-scheduler/message"
 )
@@ -142,7 +143,7 @@ func run(ctx context.Context, o options) (code int, err error) {
 
 	// Queues and the policy file.
 	clientPrefix := n.id + "-client-"
-	if err := broker.DeclareQueues(broker.Config{URL: o.rabbitURL, ConnectionName: clientPrefix + "setup"}, n.all()...); err != nil {
+	if err := broker.DeclareQueues(broker.Config{URL: o.rabbitURL, ConnectionName: clientPrefix + "setup"}, log, n.all()...); err != nil {
 		return 2, err
 	}
 	defer deleteQueues(o.rabbitURL, clientPrefix+"teardown", n.all()...)
@@ -190,7 +191,7 @@ routes:
 		wg.Wait()
 	}()
 	for i := range o.workers {
-		args, addr, err := svcArgs("worker", w.workerAMQP, w.workerTemporal)
+		args, addr, err := svcArgs(config.ModeWorker, w.workerAMQP, w.workerTemporal)
 		if err != nil {
 			return 2, err
 		}
@@ -198,7 +199,7 @@ routes:
 		all = append(all, s)
 		w.workers = append(w.workers, s)
 	}
-	args, addr, err := svcArgs("bridge", w.bridgeAMQP, w.bridgeTemporal)
+	args, addr, err := svcArgs(config.ModeBridge, w.bridgeAMQP, w.bridgeTemporal)
 	if err != nil {
 		return 2, err
 	}

@@ -155,8 +155,8 @@ func (t *traffic) session(ctx context.Context, role, queue string, handle func(c
 // duplicate: acked and dropped.
 func (t *traffic) handleOriginal(queue string) func(ctx context.Context, d amqp.Delivery) {
 	return func(ctx context.Context, d amqp.Delivery) {
-		count := headerInt(d.Headers["x-retry-count"])
-		key, _ := d.Headers["x-retry-key"].(string)
+		count := headerInt(d.Headers[message.HeaderRetryCount])
+		key, _ := d.Headers[message.HeaderRetryKey].(string)
 		v, r := t.ledger.arrive(d.MessageId, count, key, d.Body)
 		if v == verdictFail {
 			m := message.RetryMessage{

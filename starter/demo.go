@@ -13,6 +13,7 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"retry-scheduler/bridge"
 	"retry-scheduler/broker"
 	"retry-scheduler/message"
 )
@@ -27,8 +28,8 @@ const (
 // demo produces messages onto two demo queues and consumes them with a flaky consumer.
 func demo(ctx context.Context, args []string, logger *slog.Logger) error {
 	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
-	url := fs.String("rabbitmq-url", envOr("RABBITMQ_URL", "amqp://guest:guest@127.0.0.1:5672/"), "broker URL (env RABBITMQ_URL)")
-	ingress := fs.String("queue", envOr("RETRY_QUEUE", "retry.scheduled"), "ingress queue (env RETRY_QUEUE)")
+	url := fs.String("rabbitmq-url", envOr("RABBITMQ_URL", broker.DefaultURL), "broker URL (env RABBITMQ_URL)")
+	ingress := fs.String("queue", envOr("RETRY_QUEUE", bridge.DefaultQueue), "ingress queue (env RETRY_QUEUE)")
 	count := fs.Int("n", 20, "messages to produce")
 	every := fs.Duration("every", 500*time.Millisecond, "time between produced messages")
 	duration := fs.Duration("duration", 90*time.Second, "how long to run the consumer")
@@ -110,7 +111,7 @@ func consumeFlaky(ctx context.Context, queue string, deliveries <-chan amqp.Deli
 				return
 			}
 			st.consumed.Add(1)
-			attempt := headerInt(d.Headers["x-retry-count"])
+			attempt := headerInt(d.Headers[message.HeaderRetryCount])
 			h := fnv.New32a()
 			h.Write([]byte(d.MessageId))
 			roll := h.Sum32() % 10
@@ -136,7 +137,7 @@ func consumeFlaky(ctx context.Context, queue string, deliveries <-chan amqp.Deli
 }
 
 func reportFailure(ctx context.Context, pub *broker.Publisher, ingress string, d amqp.Delivery, queue string, attempt int, reason string, status int, logger *slog.Logger) {
-	key, _ := d.Headers["x-retry-key"].(string)
+	key, _ := d.Headers[message.HeaderRetryKey].(string)
 	body, _ := json.Marshal(message.RetryMessage{
 		MessageID: d.MessageId, OriginalPayload: d.Body, OriginalQueue: queue, ErrorReason: reason,
 		HTTPStatus: status, RetryCount: attempt, Policy: "aggressive", RetryKey: key, Service: "demo-consumer",

@@ -10,6 +10,7 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"retry-scheduler/bridge"
 	"retry-scheduler/broker"
 	"retry-scheduler/message"
 )
@@ -17,8 +18,8 @@ import (
 // inject publishes one RetryMessage to the ingress queue, with a publisher confirm.
 func inject(ctx context.Context, args []string, logger *slog.Logger) error {
 	fs := flag.NewFlagSet("inject", flag.ContinueOnError)
-	url := fs.String("rabbitmq-url", envOr("RABBITMQ_URL", "amqp://guest:guest@127.0.0.1:5672/"), "broker URL (env RABBITMQ_URL)")
-	ingress := fs.String("queue", envOr("RETRY_QUEUE", "retry.scheduled"), "ingress queue (env RETRY_QUEUE)")
+	url := fs.String("rabbitmq-url", envOr("RABBITMQ_URL", broker.DefaultURL), "broker URL (env RABBITMQ_URL)")
+	ingress := fs.String("queue", envOr("RETRY_QUEUE", bridge.DefaultQueue), "ingress queue (env RETRY_QUEUE)")
 	var m message.RetryMessage
 	payload := fs.String("payload", `{"hello":"world"}`, "original payload")
 	fs.StringVar(&m.MessageID, "id", fmt.Sprintf("manual-%d", time.Now().UnixNano()), "message id")

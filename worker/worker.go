@@ -12,22 +12,30 @@ import (
 	"retry-scheduler/workflows"
 )
 
-// DefaultWorkflowPollers is the worker's workflow-task pollers unless told. A task that finds
-// a poller waiting is handed over at once; one that finds none waits in Temporal's matching
-// (the first task of a delayed start comes through the normal queue). On one task-queue
-// partition, 16 passed 50/s where 4 did not (bench/README.md, Levers).
-const DefaultWorkflowPollers = 16
+// Defaults of Options.
+const (
+	// DefaultWorkflowPollers is the worker's workflow-task pollers unless told. A task that
+	// finds a poller waiting is handed over at once; one that finds none waits in Temporal's
+	// matching (the first task of a delayed start comes through the normal queue), so too few
+	// pollers cap the throughput (bench/README.md, Levers).
+	DefaultWorkflowPollers = 16
+	// DefaultStopTimeout lets in-flight publishes finish on shutdown.
+	DefaultStopTimeout = 30 * time.Second
+	// DefaultMaxConcurrentLocalActivities bounds concurrent publishes.
+	DefaultMaxConcurrentLocalActivities = 256
+)
 
 // Options tune the worker.
 type Options struct {
 	// TaskQueue is polled for workflow tasks. Defaults to workflows.DefaultTaskQueue.
 	TaskQueue string
 	// StopTimeout lets in-flight publishes finish on shutdown; it must exceed the publish
-	// deadline. Defaults to 30s.
+	// deadline. Defaults to DefaultStopTimeout.
 	StopTimeout time.Duration
 	// WorkflowPollers is the number of workflow task pollers. Defaults to DefaultWorkflowPollers.
 	WorkflowPollers int
-	// MaxConcurrentLocalActivities bounds concurrent publishes. Defaults to 256.
+	// MaxConcurrentLocalActivities bounds concurrent publishes. Defaults to
+	// DefaultMaxConcurrentLocalActivities.
 	MaxConcurrentLocalActivities int
 	// OnFatalError is called once, on its own goroutine, with the error that stopped the
 	// worker for good (the SDK stops the worker when it returns); it must not block. Fatal.Report
@@ -40,13 +48,13 @@ func (o Options) withDefaults() Options {
 		o.TaskQueue = workflows.DefaultTaskQueue
 	}
 	if o.StopTimeout <= 0 {
-		o.StopTimeout = 30 * time.Second
+		o.StopTimeout = DefaultStopTimeout
 	}
 	if o.WorkflowPollers <= 0 {
 		o.WorkflowPollers = DefaultWorkflowPollers
 	}
 	if o.MaxConcurrentLocalActivities <= 0 {
-		o.MaxConcurrentLocalActivities = 256
+		o.MaxConcurrentLocalActivities = DefaultMaxConcurrentLocalActivities
 	}
 	return o
 }

@@ -9,11 +9,12 @@ import (
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
 
-	"retry-scheduler/activities"
+	"retry-scheduler/message"
 	"retry-scheduler/policy"
 )
 
-// Issue 11, item 1: seed 000's counting for ordinary errors.
+// Counting for ordinary errors: unknown errors are capped by the policy, not everywhere, and
+// socket codes in the reason text are transient.
 
 var (
 	// socketHangUp is what a Node.js consumer reports for a reset connection: only a text.
@@ -44,7 +45,7 @@ func (s *retrySuite) TestSocketCodeInReasonIsTransient() {
 }
 
 func (s *retrySuite) TestUnknownErrorUncappedWithoutAPolicyCap() {
-	p := fixedPolicy(3) // like seed 000's default: no unknown_max_retries
+	p := fixedPolicy(3) // like the default policy: no unknown_max_retries
 	s.failEach(3, p, unknown500)
 	var dead State
 	s.queryAt(50*time.Second, &dead)
@@ -57,7 +58,7 @@ func (s *retrySuite) TestUnknownErrorUncappedWithoutAPolicyCap() {
 	s.Equal(string(policy.Unknown), dead.Category)
 }
 
-// A run whose history decided under the rules before issue 11 (replay finds no version
+// A run whose history decided under the older rules (replay finds no version
 // marker) keeps them: the reason text is unknown, capped at 2 under any policy.
 func (s *retrySuite) TestOldRulesKeptByRunsThatStartedUnderThem() {
 	s.env.OnGetVersion(changeUnknownCapPerPolicy, workflow.DefaultVersion, 1).Return(workflow.DefaultVersion)
@@ -93,11 +94,11 @@ func TestDecideAsksForTheRulesOnlyWhenTheyDiffer(t *testing.T) {
 	s.Policy.UnknownMaxRetries = 2
 	s.RetryCount = 2
 	d = decide(s, report(s.Policy, 2, unknown500), time.Unix(1, 0), pick)
-	require.Equal(t, 1, asked, "seed 004's policies decide alike under both")
+	require.Equal(t, 1, asked, "the tiers decide alike under both")
 	require.Equal(t, policy.CauseExhausted, d.Cause)
 }
 
-// Issue 11, item 2: an operator's retry from dead starts a new max window.
+// An operator's retry from dead starts a new max window.
 
 // windowPolicy: retries 10 s after each failure, at most 2, inside a 25 s window.
 func windowPolicy() policy.Policy {
@@ -134,7 +135,7 @@ func (s *retrySuite) TestRetryFromDeadOpensANewWindow() {
 	s.Equal(2, r.RetryCount)
 	got := s.pub.to(testQueue)
 	s.Require().Len(got, 4)
-	s.EqualValues(2, got[3].Msg.Headers[activities.HeaderRetryCount])
+	s.EqualValues(2, got[3].Msg.Headers[message.HeaderRetryCount])
 }
 
 // The new window still closes: a failure whose retry would fall past it, counted from the

@@ -35,7 +35,7 @@ type memPublisher struct {
 func (p *memPublisher) Publish(_ context.Context, _, _ string, _ bool, msg amqp.Publishing) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if k, ok := msg.Headers[activities.HeaderRetryKey].(string); ok {
+	if k, ok := msg.Headers[message.HeaderRetryKey].(string); ok {
 		p.keys = append(p.keys, k)
 	}
 	return nil
@@ -114,35 +114,27 @@ func TestReportPendingWhenQuietWindowEndsIsApplied(t *testing.T) {
 }
 
 // waitForTimer waits until the workflow's history shows a timer of duration d started (or,
-// with fired, fired).
+// with fired, fired). It long-polls the history, so each new event wakes it.
 func waitForTimer(t *testing.T, ctx context.Context, c client.Client, id string, d time.Duration, fired bool) {
 	t.Helper()
-	for {
-		started := map[int64]bool{} // event ids of TimerStarted events for d
-		done := false
-		it := c.GetWorkflowHistory(ctx, id, "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
-		for it.HasNext() {
-			e, err := it.Next()
-			require.NoError(t, err)
-			switch e.GetEventType() {
-			case enumspb.EVENT_TYPE_TIMER_STARTED:
-				if e.GetTimerStartedEventAttributes().GetStartToFireTimeout().AsDuration() == d {
-					started[e.GetEventId()] = true
-					done = done || !fired
-				}
-			case enumspb.EVENT_TYPE_TIMER_FIRED:
-				if started[e.GetTimerFiredEventAttributes().GetStartedEventId()] {
-					done = done || fired
+	started := map[int64]bool{} // event ids of TimerStarted events for d
+	it := c.GetWorkflowHistory(ctx, id, "", true, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+	for it.HasNext() {
+		e, err := it.Next()
+		require.NoError(t, err, "workflow %s: waiting for a %s timer (fired: %v)", id, d, fired)
+		switch e.GetEventType() {
+		case enumspb.EVENT_TYPE_TIMER_STARTED:
+			if e.GetTimerStartedEventAttributes().GetStartToFireTimeout().AsDuration() == d {
+				started[e.GetEventId()] = true
+				if !fired {
+					return
 				}
 			}
-		}
-		if done {
-			return
-		}
-		select {
-		case <-ctx.Done():
-			t.Fatalf("workflow %s: no %s timer (fired: %v)", id, d, fired)
-		case <-time.After(50 * time.Millisecond):
+		case enumspb.EVENT_TYPE_TIMER_FIRED:
+			if fired && started[e.GetTimerFiredEventAttributes().GetStartedEventId()] {
+				return
+			}
 		}
 	}
+	t.Fatalf("workflow %s closed without a %s timer (fired: %v)", id, d, fired)
 }

@@ -21,10 +21,10 @@ import (
 // (signal-with-start delivers it in the first task, so this only guards a bad start).
 const firstReportTimeout = time.Minute
 
-// Local activity options. Local activities, not regular ones: measured here, a regular
-// activity per retry costs the dev server so much that it sustains ~20 retries/s with minutes
-// of lateness, a local one ~47/s at p99 0.25 s (SPEC §9). A publish that keeps failing (broker
-// down) is retried with backoff rather than given up on, so no retry is lost.
+// Local activity options. Local activities, not regular ones: a regular activity adds an
+// activity task and its history events to every retry, which the server pays for in
+// throughput (bench/README.md, Levers). A publish that keeps failing (broker down) is retried
+// with backoff rather than given up on, so no retry is lost.
 var (
 	republishOptions = workflow.LocalActivityOptions{
 		StartToCloseTimeout:    30 * time.Second,
@@ -39,11 +39,11 @@ var (
 	deadLetterOptions = republishOptions
 )
 
-// RetryWorkflow owns one failed message (SPEC §4): it waits the policy's delay, republishes,
+// RetryWorkflow owns one failed message: it waits the policy's delay, republishes,
 // waits a quiet window for the next failure, and dead-letters the message when retrying
 // cannot help, then parks it for an operator until the retention ends.
 func RetryWorkflow(ctx workflow.Context, in Input) (Result, error) {
-	r := &run{ctx: ctx, retention: in.Retention, delayedStart: in.StartDelay > 0}
+	r := &retryRun{ctx: ctx, retention: in.Retention, delayedStart: in.StartDelay > 0}
 	if r.retention <= 0 {
 		r.retention = DefaultRetention
 	}
@@ -59,7 +59,7 @@ func RetryWorkflow(ctx workflow.Context, in Input) (Result, error) {
 		}
 		first = &rep
 	}
-	r.begin(*first)
+	r.applyFirstReport(*first)
 	r.delayedStart = false
 	for !r.state.Status.Terminal() {
 		if err := r.step(); err != nil {
@@ -72,8 +72,8 @@ func RetryWorkflow(ctx workflow.Context, in Input) (Result, error) {
 	return Result{Status: r.state.Status, RetryCount: r.state.RetryCount, Sequence: r.state.Sequence}, nil
 }
 
-// run is one execution's working set: the queryable state plus the signal channels.
-type run struct {
+// retryRun is one execution's working set: the queryable state plus the signal channels.
+type retryRun struct {
 	ctx       workflow.Context
 	state     State
 	retention time.Duration
@@ -90,7 +90,7 @@ type run struct {
 	delayedStart bool
 }
 
-func (r *run) setup() error {
+func (r *retryRun) setup() error {
 	r.reports = workflow.GetSignalChannel(r.ctx, SignalFailureReport)
 	r.retryNow = workflow.GetSignalChannel(r.ctx, SignalRetryNow)
 	r.skip = workflow.GetSignalChannel(r.ctx, SignalSkip)
@@ -121,7 +121,7 @@ type actionRequest struct {
 
 // updateValidator refuses an operator update that the table does not allow now, before it
 // enters the history.
-func (r *run) updateValidator(signal string) func(workflow.Context, OperatorAction) error {
+func (r *retryRun) updateValidator(signal string) func(workflow.Context, OperatorAction) error {
 	return func(_ workflow.Context, _ OperatorAction) error {
 		if why := ActionRefusal(signal, &r.state); why != "" {
 			return temporal.NewNonRetryableApplicationError(why, ErrTypeIllegalAction, nil)
@@ -133,7 +133,7 @@ func (r *run) updateValidator(signal string) func(workflow.Context, OperatorActi
 // updateHandler hands an accepted operator update to the loop, which applies it as it
 // applies the signal, and answers with the state after it. The loop refuses it still when
 // the state changed between the validator and the loop (a report in the same task).
-func (r *run) updateHandler(signal string) func(workflow.Context, OperatorAction) (State, error) {
+func (r *retryRun) updateHandler(signal string) func(workflow.Context, OperatorAction) (State, error) {
 	return func(ctx workflow.Context, a OperatorAction) (State, error) {
 		req := &actionRequest{signal: signal, action: a}
 		r.actions.Send(ctx, req)
@@ -148,7 +148,7 @@ func (r *run) updateHandler(signal string) func(workflow.Context, OperatorAction
 }
 
 // addActionUpdates adds the operator updates' channel: each is applied like its signal.
-func (r *run) addActionUpdates(sel workflow.Selector) {
+func (r *retryRun) addActionUpdates(sel workflow.Selector) {
 	sel.AddReceive(r.actions, func(c workflow.ReceiveChannel, _ bool) {
 		var req *actionRequest
 		c.Receive(r.ctx, &req)
@@ -162,7 +162,7 @@ func (r *run) addActionUpdates(sel workflow.Selector) {
 
 // refusePendingActions refuses the operator updates still waiting when the run ends (accepted
 // while it could, applied after it could not), so that no handler is left unfinished.
-func (r *run) refusePendingActions() {
+func (r *retryRun) refusePendingActions() {
 	var req *actionRequest
 	for r.actions.ReceiveAsync(&req) {
 		req.refusal = ActionRefusal(req.signal, &r.state)
@@ -176,7 +176,7 @@ func (r *run) refusePendingActions() {
 // addActionSignals adds the operator signal channels, in the order given (the order decides
 // which of two signals in one task goes first, so each state keeps its own): each signal is
 // applied or refused by act.
-func (r *run) addActionSignals(sel workflow.Selector, chans ...workflow.ReceiveChannel) {
+func (r *retryRun) addActionSignals(sel workflow.Selector, chans ...workflow.ReceiveChannel) {
 	for _, ch := range chans {
 		sel.AddReceive(ch, func(c workflow.ReceiveChannel, _ bool) {
 			r.act(c.Name(), receiveAction(r.ctx, c))
@@ -186,7 +186,7 @@ func (r *run) addActionSignals(sel workflow.Selector, chans ...workflow.ReceiveC
 
 // act applies operator action signal by a, or records it as refused and says why: the one
 // place where an action changes the state, for the signals and the updates alike.
-func (r *run) act(signal string, a OperatorAction) string {
+func (r *retryRun) act(signal string, a OperatorAction) string {
 	s := &r.state
 	if why := ActionRefusal(signal, s); why != "" {
 		r.event("refused", a.Actor, why)
@@ -212,25 +212,27 @@ func (r *run) act(signal string, a OperatorAction) string {
 	return ""
 }
 
-func (r *run) awaitFirstReport() (message.FailureReport, bool) {
+func (r *retryRun) awaitFirstReport() (message.FailureReport, bool) {
 	var rep message.FailureReport
 	if r.delayedStart && r.reports.ReceiveAsync(&rep) {
 		// Signal-with-start with a start delay: the report came with the start, so the first
-		// task has it, and a timeout timer would only be one more timer task per retry.
+		// task has it, and a timeout timer would only be one more timer task per retry. Not
+		// versioned, and no marker can tell the runs that armed the timer here apart: why
+		// they need not replay is in replay_test.go (unreplayable).
 		return rep, true
 	}
 	ok, _ := r.reports.ReceiveWithTimeout(r.ctx, firstReportTimeout, &rep)
 	return rep, ok
 }
 
-// begin takes the run's first report: it fixes the message, policy and count.
-func (r *run) begin(rep message.FailureReport) {
+// applyFirstReport takes the run's first report: it fixes the message, policy and count.
+func (r *retryRun) applyFirstReport(rep message.FailureReport) {
 	now := workflow.Now(r.ctx)
 	if r.delayedStart {
 		// The first task runs when the delay is over; the failure was reported at the start.
 		now = workflow.GetInfo(r.ctx).WorkflowStartTime
 	}
-	r.state.begin(rep, now)
+	r.state.setFromFirstReport(rep, now)
 	if rep.Poison != nil {
 		// A parked poison or oversize delivery: a new start path, taken only by new runs.
 		r.poisoned(rep, now)
@@ -242,8 +244,8 @@ func (r *run) begin(rep message.FailureReport) {
 	r.failed(rep, now)
 }
 
-// changePriorAttempts versions the look-up of an earlier run's attempts (SPEC §4, §1: a
-// dead letter carries its full story even when its history spans runs).
+// changePriorAttempts gates the look-up of an earlier run's attempts: a local activity that
+// runs which took their first report before it never scheduled.
 const changePriorAttempts = "continue-attempts-of-earlier-run"
 
 var priorAttemptsOptions = workflow.LocalActivityOptions{
@@ -254,7 +256,7 @@ var priorAttemptsOptions = workflow.LocalActivityOptions{
 // takePriorAttempts starts this run's attempt history with the earlier run's, when the
 // report continues a count (it failed again after that run had ended). Best effort: the
 // count itself comes from the report, so a failed look-up only shortens the story.
-func (r *run) takePriorAttempts() {
+func (r *retryRun) takePriorAttempts() {
 	if workflow.GetVersion(r.ctx, changePriorAttempts, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
 		return
 	}
@@ -278,7 +280,7 @@ func (r *run) takePriorAttempts() {
 }
 
 // step waits for what the current state waits for and applies it.
-func (r *run) step() error {
+func (r *retryRun) step() error {
 	switch r.state.Status {
 	case StatusScheduled:
 		r.waitScheduled()
@@ -296,7 +298,7 @@ func (r *run) step() error {
 
 // failed applies one failure report accepted at now: record it, then retry or go to dead.
 // FirstDelay must take the same decision for a run's first report.
-func (r *run) failed(rep message.FailureReport, now time.Time) {
+func (r *retryRun) failed(rep message.FailureReport, now time.Time) {
 	s := &r.state
 	d := s.record(rep, now, r.rules)
 	if !d.Retry {
@@ -312,8 +314,9 @@ func (r *run) failed(rep message.FailureReport, now time.Time) {
 	}
 }
 
-// begin fixes the message, policy and count from a run's first report, accepted at now.
-func (s *State) begin(rep message.FailureReport, now time.Time) {
+// setFromFirstReport fixes the message, policy and count from a run's first report, accepted
+// at now.
+func (s *State) setFromFirstReport(rep message.FailureReport, now time.Time) {
 	s.Message = rep.Message
 	s.Policy = rep.Policy
 	s.DeadLetterQueue = rep.DeadLetterQueue
@@ -365,7 +368,7 @@ func (s *State) record(rep message.FailureReport, now time.Time, pick func() pol
 // run's start holds all it will know (its input, or the report signalled with the start).
 func DelayedState(id string, rep message.FailureReport, startedAt time.Time) State {
 	s := State{WorkflowID: id}
-	s.begin(rep, startedAt)
+	s.setFromFirstReport(rep, startedAt)
 	s.record(rep, startedAt, currentRules)
 	return s
 }
@@ -374,7 +377,7 @@ func DelayedState(id string, rep message.FailureReport, startedAt time.Time) Sta
 func currentRules() policy.Rules { return policy.CurrentRules }
 
 // decide is the policy's decision on failure report rep of the message in state s, at now.
-// Only when the current rules and the rules before issue 11 disagree does it ask pick which
+// Only when the current rules and the rules they replaced disagree does it ask pick which
 // apply (the workflow asks workflow.GetVersion): a run records a version marker only when the
 // change matters to it, not one marker and search-attribute write per message.
 func decide(s *State, rep message.FailureReport, now time.Time, pick func() policy.Rules) policy.Decision {
@@ -395,25 +398,24 @@ func decide(s *State, rep message.FailureReport, now time.Time, pick func() poli
 	return d
 }
 
-// changeUnknownCapPerPolicy versions issue 11's decision rules (policy.RulesUnknownCapPerPolicy):
-// the cap on unknown errors per policy, socket error codes in the reason text transient.
+// changeUnknownCapPerPolicy gates policy.RulesUnknownCapPerPolicy: runs that decided under
+// policy.RulesUnknownCapEverywhere keep deciding under them.
 const changeUnknownCapPerPolicy = "unknown-cap-per-policy-and-socket-codes-in-reason"
 
 // rules are the decision rules of this run: the older ones for a run whose history decided
 // under them (replay finds no marker), else the current ones.
-func (r *run) rules() policy.Rules {
+func (r *retryRun) rules() policy.Rules {
 	if workflow.GetVersion(r.ctx, changeUnknownCapPerPolicy, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
 		return policy.RulesUnknownCapEverywhere
 	}
 	return policy.RulesUnknownCapPerPolicy
 }
 
-// changeRetryOpensWindow versions an operator's retry from dead starting a new max window
-// (before it, the window counted from the first failure ever, so the next failure after a
-// retry of an old dead letter was dead again as max-window).
+// changeRetryOpensWindow gates an operator's retry from dead opening a new max window: runs
+// retried before it count the window from the first failure.
 const changeRetryOpensWindow = "operator-retry-opens-a-new-window"
 
-func (r *run) waitScheduled() {
+func (r *retryRun) waitScheduled() {
 	s := &r.state
 	timerCtx, cancel := workflow.WithCancel(r.ctx)
 	defer cancel()
@@ -431,7 +433,7 @@ func (r *run) waitScheduled() {
 }
 
 // republish puts the message back on its queue as the next attempt.
-func (r *run) republish() {
+func (r *retryRun) republish() {
 	s := &r.state
 	s.Sequence++
 	attempt := s.RetryCount + 1
@@ -468,7 +470,7 @@ func (r *run) republish() {
 
 // waitOutcome waits the quiet window: a new failure report continues the loop, silence
 // means the consumer took the message.
-func (r *run) waitOutcome() {
+func (r *retryRun) waitOutcome() {
 	s := &r.state
 	timerCtx, cancel := workflow.WithCancel(r.ctx)
 	defer cancel()
@@ -488,7 +490,7 @@ func (r *run) waitOutcome() {
 }
 
 // toDead publishes the dead-letter envelope and parks the message for an operator.
-func (r *run) toDead(cause, detail string) {
+func (r *retryRun) toDead(cause, detail string) {
 	s := &r.state
 	now := workflow.Now(r.ctx)
 	s.Status = StatusDead
@@ -518,7 +520,7 @@ func (r *run) toDead(cause, detail string) {
 	r.upsert()
 }
 
-func (r *run) envelope(now time.Time) message.Envelope {
+func (r *retryRun) envelope(now time.Time) message.Envelope {
 	s := &r.state
 	info := workflow.GetInfo(r.ctx)
 	return message.Envelope{
@@ -552,7 +554,7 @@ func (r *run) envelope(now time.Time) message.Envelope {
 }
 
 // waitDead parks a dead message until an operator decides or the retention ends.
-func (r *run) waitDead() {
+func (r *retryRun) waitDead() {
 	s := &r.state
 	timerCtx, cancel := workflow.WithCancel(r.ctx)
 	defer cancel()
@@ -577,7 +579,7 @@ func (r *run) waitDead() {
 
 // retryFromDead applies an operator's retry of a dead message: the count starts again at 0,
 // the republish is now, and so is the start of the policy's window.
-func (r *run) retryFromDead(a OperatorAction) {
+func (r *retryRun) retryFromDead(a OperatorAction) {
 	s := &r.state
 	s.Resets++
 	s.RetryCount = 0
@@ -596,7 +598,7 @@ func (r *run) retryFromDead(a OperatorAction) {
 
 // addReports adds the failure-report channel: a report is applied when it is the failure of
 // the latest republish, and counted as a duplicate otherwise (RabbitMQ redelivers).
-func (r *run) addReports(sel workflow.Selector) {
+func (r *retryRun) addReports(sel workflow.Selector) {
 	sel.AddReceive(r.reports, func(c workflow.ReceiveChannel, _ bool) {
 		var rep message.FailureReport
 		c.Receive(r.ctx, &rep)
@@ -605,7 +607,7 @@ func (r *run) addReports(sel workflow.Selector) {
 }
 
 // report applies one failure report, or counts it as a duplicate.
-func (r *run) report(rep message.FailureReport) {
+func (r *retryRun) report(rep message.FailureReport) {
 	if rep.Poison != nil {
 		r.poisonReport(rep)
 		return
@@ -625,9 +627,9 @@ func (r *run) report(rep message.FailureReport) {
 // parked poison message that an operator retried came back from the ingress queue as poison
 // again, so it is dead again. On any other run (PoisonWorkflowID keeps parked runs apart from
 // reported ones, so only by an unlucky id) it is only noted: the bridge has dead-lettered the
-// delivery itself. Runs
-// from before parked poison never received such a report, so this needs no version.
-func (r *run) poisonReport(rep message.FailureReport) {
+// delivery itself. Runs from before parked poison never received such a report, so this
+// needs no version.
+func (r *retryRun) poisonReport(rep message.FailureReport) {
 	s := &r.state
 	if s.Poison != nil && s.Status == StatusAwaitingOutcome {
 		r.poisoned(rep, workflow.Now(r.ctx))
@@ -640,7 +642,7 @@ func (r *run) poisonReport(rep message.FailureReport) {
 
 // poisoned parks a poison or oversize delivery as dead: one attempt with the decode error,
 // dead reason poison or oversize. The bridge has published its envelope already.
-func (r *run) poisoned(rep message.FailureReport, now time.Time) {
+func (r *retryRun) poisoned(rep message.FailureReport, now time.Time) {
 	s := &r.state
 	p := rep.Poison
 	s.Poison = p
@@ -659,15 +661,15 @@ func (r *run) poisoned(rep message.FailureReport, now time.Time) {
 	r.toDead(p.Kind, p.Reason)
 }
 
-// changeReportsWithQuietTimer versions the fix below for running workflows (SPEC §4).
+// changeReportsWithQuietTimer gates takePendingReports: before it, a run whose quiet window
+// ended with a report pending closed as delivered and left the report unread.
 const changeReportsWithQuietTimer = "apply-reports-pending-when-quiet-window-ends"
 
 // takePendingReports applies the failure reports already waiting when the quiet window ends,
 // and says whether one of them was a new failure. A report the server hands over in the same
 // workflow task as the timer (it was late: the bridge was down or cut off from Temporal for
-// about the quiet window) is a failure, not silence; without this the run ended as delivered
-// with the report unread, and the message was lost (found by `make soak`).
-func (r *run) takePendingReports() bool {
+// about the quiet window) is a failure, not silence: taking it as delivered loses the message.
+func (r *retryRun) takePendingReports() bool {
 	if r.reports.Len() == 0 {
 		return false
 	}
@@ -683,7 +685,7 @@ func (r *run) takePendingReports() bool {
 }
 
 // stale says why a report is not a new failure, or "" when it is.
-func (r *run) stale(rep message.FailureReport) string {
+func (r *retryRun) stale(rep message.FailureReport) string {
 	s := &r.state
 	if s.Status != StatusAwaitingOutcome {
 		return "report while " + string(s.Status) + " (retry_count " + strconv.Itoa(rep.RetryCount) + ")"
@@ -711,25 +713,25 @@ func receiveAction(ctx workflow.Context, c workflow.ReceiveChannel) OperatorActi
 
 // count increments one of the workflow's counters for the message's original queue.
 // Replay-safe: the SDK's metrics handler records nothing while replaying.
-func (r *run) count(name string) {
+func (r *retryRun) count(name string) {
 	workflow.GetMetricsHandler(r.ctx).WithTags(map[string]string{"queue": r.state.Message.OriginalQueue}).
 		Counter(name).Inc(1)
 }
 
 // logClosed logs the end of a dead letter: resolved, discarded or expired.
-func (r *run) logClosed() {
+func (r *retryRun) logClosed() {
 	s := &r.state
 	workflow.GetLogger(r.ctx).Info("dead letter closed",
 		"message_id", s.Message.MessageID, "attempt", s.RetryCount, "outcome", string(s.Status))
 }
 
-func (r *run) event(kind, actor, detail string) {
+func (r *retryRun) event(kind, actor, detail string) {
 	r.state.Events = append(r.state.Events, Event{At: workflow.Now(r.ctx), Kind: kind, Actor: actor, Detail: detail})
 }
 
 // upsert keeps the search attributes current; the Web UI and `temporal workflow list
 // --query` read them.
-func (r *run) upsert() {
+func (r *retryRun) upsert() {
 	if err := workflow.UpsertTypedSearchAttributes(r.ctx, searchAttributeUpdates(&r.state)...); err != nil {
 		workflow.GetLogger(r.ctx).Warn("upsert search attributes", "error", err)
 	}

@@ -182,8 +182,8 @@ func (s *retrySuite) TestHappyPathRepublishesOnceThenDelivered() {
 	s.Equal([]byte(`{"order":42}`), m.Body)
 	s.Equal(testID, m.MessageId)
 	s.Equal(amqp.Persistent, m.DeliveryMode)
-	s.EqualValues(1, m.Headers[activities.HeaderRetryCount])
-	s.Equal(testID+":1", m.Headers[activities.HeaderRetryKey])
+	s.EqualValues(1, m.Headers[message.HeaderRetryCount])
+	s.Equal(testID+":1", m.Headers[message.HeaderRetryKey])
 	s.Equal("acme", m.Headers["x-tenant"])
 	s.Empty(s.pub.to(testDLQ))
 }
@@ -201,8 +201,8 @@ func (s *retrySuite) TestFailAgainUntilExhaustedDeadLettersWithEveryAttempt() {
 	s.Equal(StatusExpired, s.result().Status)
 	s.Len(s.pub.to(testQueue), 3)
 	for i, m := range s.pub.to(testQueue) {
-		s.EqualValues(i+1, m.Msg.Headers[activities.HeaderRetryCount])
-		s.Equal(fmt.Sprintf("%s:%d", testID, i+1), m.Msg.Headers[activities.HeaderRetryKey])
+		s.EqualValues(i+1, m.Msg.Headers[message.HeaderRetryCount])
+		s.Equal(fmt.Sprintf("%s:%d", testID, i+1), m.Msg.Headers[message.HeaderRetryKey])
 	}
 	s.Equal(StatusDead, dead.Status)
 	s.Equal(policy.CauseExhausted, dead.DeadReason)
@@ -253,7 +253,7 @@ func (s *retrySuite) TestRateLimitedWaitsAtLeastRetryAfter() {
 
 func (s *retrySuite) TestUnknownErrorStopsAfterThePolicysCap() {
 	p := fixedPolicy(5)
-	p.UnknownMaxRetries = 2 // seed 004's policies
+	p.UnknownMaxRetries = 2 // as the tiers have it
 	unknown := policy.Failure{HTTPStatus: 500, Reason: "internal error"}
 	s.failAt(15*time.Second, p, 1, unknown)
 	s.failAt(30*time.Second, p, 2, unknown)
@@ -372,8 +372,8 @@ func (s *retrySuite) TestRetryFromDeadResetsCount() {
 	s.Equal(1, r.RetryCount)
 	got := s.pub.to(testQueue)
 	s.Require().Len(got, 2)
-	s.EqualValues(1, got[1].Msg.Headers[activities.HeaderRetryCount])
-	s.Equal(testID+":2", got[1].Msg.Headers[activities.HeaderRetryKey], "a reset never reuses a key")
+	s.EqualValues(1, got[1].Msg.Headers[message.HeaderRetryCount])
+	s.Equal(testID+":2", got[1].Msg.Headers[message.HeaderRetryKey], "a reset never reuses a key")
 	s.Equal(1, st.Resets)
 	s.Equal(StatusAwaitingOutcome, st.Status)
 }
@@ -432,8 +432,8 @@ func (s *retrySuite) TestNewRunContinuesTheCount() {
 	s.Equal(StatusExpired, s.result().Status)
 	got := s.pub.to(testQueue)
 	s.Require().Len(got, 1, "only one retry was left")
-	s.EqualValues(3, got[0].Msg.Headers[activities.HeaderRetryCount])
-	s.Equal(testID+":3", got[0].Msg.Headers[activities.HeaderRetryKey])
+	s.EqualValues(3, got[0].Msg.Headers[message.HeaderRetryCount])
+	s.Equal(testID+":3", got[0].Msg.Headers[message.HeaderRetryKey])
 	s.Len(s.envelopes(), 1)
 }
 

@@ -8,7 +8,7 @@ import (
 	"retry-scheduler/policy"
 )
 
-// Status is where a message is in its lifecycle (SPEC §4).
+// Status is where a message is in its lifecycle (README, "How it works").
 type Status string
 
 // The lifecycle states. The first four are live; the last four are terminal.
@@ -39,7 +39,8 @@ const (
 	CauseRepublishError = "republish-failed"
 )
 
-// DefaultRetention is how long a dead message stays parked for an operator (seed 004: 30 days).
+// DefaultRetention is how long a dead message stays parked for an operator unless configured
+// (DEAD_LETTER_RETENTION).
 const DefaultRetention = 30 * 24 * time.Hour
 
 // Input starts a RetryWorkflow.
@@ -88,7 +89,8 @@ type State struct {
 	// MaxRetries is the per-message override; 0 means the policy's.
 	MaxRetries int `json:"max_retries,omitempty"`
 	// RetryCount is how many retries the message has had since its first failure or the
-	// operator's last reset (seed 000 counting).
+	// operator's last reset: it starts at the first report's retry_count, each republish adds
+	// 1, and a report with a higher retry_count raises it. Max retries n allows n republishes.
 	RetryCount int `json:"retry_count"`
 	// Sequence numbers every republish of this message; the idempotency key is
 	// "<message_id>:<Sequence>", so a reset never reuses a key.

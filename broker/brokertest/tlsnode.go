@@ -1,7 +1,7 @@
 package brokertest
 
 import (
-	"bytes"
+	"context"
 	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
@@ -14,6 +14,9 @@ import (
 	"strconv"
 	"testing"
 	"time"
+
+	"retry-scheduler/internal/proc"
+	"retry-scheduler/internal/testenv"
 )
 
 // TLSNode is a private RabbitMQ node with only an AMQPS listener on 127.0.0.1, whose server
@@ -38,15 +41,16 @@ const startupTimeout = 90 * time.Second
 
 // StartTLSNode starts a TLS-only RabbitMQ node for the test and stops it (rabbitmqctl stop,
 // then SIGKILL if needed) in tb.Cleanup. The node requires a client certificate signed by the
-// CA (verify_peer, fail_if_no_peer_cert). It skips the test when RabbitMQ is not installed.
+// CA (verify_peer, fail_if_no_peer_cert). Without RabbitMQ installed it skips the test, or
+// fails it under CI=true (testenv.Missing).
 //
-// The broker runs in the foreground as the test's child, in its own process group, with
-// Pdeathsig on Linux: a test killed mid-way leaves no node behind.
+// The broker runs in the foreground as the test's child under proc's supervision: a test
+// killed mid-way leaves no node behind.
 func StartTLSNode(tb testing.TB) *TLSNode {
 	tb.Helper()
 	bin := rabbitBinDir()
 	if bin == "" {
-		tb.Skip("RabbitMQ is not installed (no rabbitmq-server and rabbitmqctl)")
+		testenv.Missing(tb, "RabbitMQ is not installed (no rabbitmq-server and rabbitmqctl)")
 	}
 	dir, err := os.MkdirTemp("", "rabbitmq-tls-test-")
 	if err != nil {
@@ -84,37 +88,34 @@ ssl_options.fail_if_no_peer_cert = true
 	envFile := write("rabbitmq-env.conf", "")
 	pluginsFile := write("enabled_plugins", "[].\n")
 
-	logFile, err := os.Create(filepath.Join(dir, "stdout.log"))
+	logFile := filepath.Join(dir, "stdout.log")
+	p, err := proc.Start(proc.Command{
+		Name: "RabbitMQ TLS node " + n.Name,
+		Path: filepath.Join(bin, "rabbitmq-server"),
+		Dir:  dir,
+		Env: append(n.env(),
+			"RABBITMQ_NODE_PORT="+strconv.Itoa(n.Port),
+			"RABBITMQ_DIST_PORT="+strconv.Itoa(distPort),
+			"RABBITMQ_CONFIG_FILE="+confFile,
+			"RABBITMQ_CONF_ENV_FILE="+envFile,
+			"RABBITMQ_ENABLED_PLUGINS_FILE="+pluginsFile,
+			"RABBITMQ_MNESIA_BASE="+filepath.Join(dir, "mnesia"),
+			"RABBITMQ_LOG_BASE="+filepath.Join(dir, "log"),
+			// exec the VM in place of the script, so the child is the broker itself.
+			"RABBITMQ_ALLOW_INPUT=1",
+			"RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS=-noinput -kernel inet_dist_use_interface {127,0,0,1}",
+		),
+		LogPath: logFile,
+	})
 	if err != nil {
-		tb.Fatalf("tls node log: %v", err)
-	}
-	cmd := exec.Command(filepath.Join(bin, "rabbitmq-server"))
-	cmd.Dir = dir
-	cmd.Stdout, cmd.Stderr = logFile, logFile
-	cmd.Env = append(n.env(),
-		"RABBITMQ_NODE_PORT="+strconv.Itoa(n.Port),
-		"RABBITMQ_DIST_PORT="+strconv.Itoa(distPort),
-		"RABBITMQ_CONFIG_FILE="+confFile,
-		"RABBITMQ_CONF_ENV_FILE="+envFile,
-		"RABBITMQ_ENABLED_PLUGINS_FILE="+pluginsFile,
-		"RABBITMQ_MNESIA_BASE="+filepath.Join(dir, "mnesia"),
-		"RABBITMQ_LOG_BASE="+filepath.Join(dir, "log"),
-		// exec the VM in place of the script, so the child is the broker itself.
-		"RABBITMQ_ALLOW_INPUT=1",
-		"RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS=-noinput -kernel inet_dist_use_interface {127,0,0,1}",
-	)
-	cmd.SysProcAttr = sysProcAttr()
-	if err := cmd.Start(); err != nil {
-		_ = logFile.Close()
 		tb.Fatalf("start rabbitmq-server: %v", err)
 	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait(); _ = logFile.Close() }()
-	tb.Cleanup(func() { n.stop(tb, cmd, exited) })
+	tb.Cleanup(func() { n.stop(tb, p) })
 
-	if err := n.awaitTLS(exited); err != nil {
-		log, _ := os.ReadFile(filepath.Join(dir, "stdout.log"))
-		tb.Fatalf("RabbitMQ TLS node %s: %v\n%s", n.Name, err, tail(log, 40))
+	ctx, cancel := context.WithTimeout(context.Background(), startupTimeout)
+	defer cancel()
+	if err := p.AwaitReady(ctx, 250*time.Millisecond, n.handshake); err != nil {
+		tb.Fatalf("%v\n%s", err, proc.Tail(logFile, 40))
 	}
 	return n
 }
@@ -148,48 +149,39 @@ func (n *TLSNode) Ctl(args ...string) ([]byte, error) {
 	return cmd.CombinedOutput()
 }
 
-// awaitTLS waits until a TLS handshake with the client certificate succeeds on the port.
-func (n *TLSNode) awaitTLS(exited <-chan error) error {
-	cfg := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: "localhost"}
+// handshake is the node's readiness probe: a TLS handshake with the client certificate
+// succeeds on the port.
+func (n *TLSNode) handshake(ctx context.Context) error {
 	pair, err := tls.LoadX509KeyPair(n.Files.ClientCert, n.Files.ClientKey)
 	if err != nil {
-		return err
+		return proc.Permanent(err)
 	}
-	cfg.Certificates = []tls.Certificate{pair}
-	cfg.RootCAs = x509.NewCertPool()
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: "localhost", Certificates: []tls.Certificate{pair}, RootCAs: x509.NewCertPool()}
 	cfg.RootCAs.AddCert(n.CA.Cert)
-	deadline := time.Now().Add(startupTimeout)
-	var last error
-	for time.Now().Before(deadline) {
-		select {
-		case err := <-exited:
-			return fmt.Errorf("rabbitmq-server exited during startup: %v", err)
-		default:
-		}
-		d := &net.Dialer{Timeout: time.Second}
-		c, err := tls.DialWithDialer(d, "tcp", "127.0.0.1:"+strconv.Itoa(n.Port), cfg)
-		if err == nil {
-			_ = c.Close()
-			return nil
-		}
-		last = err
-		time.Sleep(250 * time.Millisecond)
+	d := &tls.Dialer{NetDialer: &net.Dialer{Timeout: time.Second}, Config: cfg}
+	c, err := d.DialContext(ctx, "tcp", "127.0.0.1:"+strconv.Itoa(n.Port))
+	if err != nil {
+		return fmt.Errorf("no TLS listener on port %d: %w", n.Port, err)
 	}
-	return fmt.Errorf("no TLS listener on port %d within %s: %v", n.Port, startupTimeout, last)
+	return c.Close()
 }
 
-func (n *TLSNode) stop(tb testing.TB, cmd *exec.Cmd, exited <-chan error) {
+// stopGrace is how long the node gets to stop after `rabbitmqctl stop` before SIGKILL.
+const stopGrace = 30 * time.Second
+
+func (n *TLSNode) stop(tb testing.TB, p *proc.Process) {
 	if out, err := n.Ctl("stop"); err != nil {
 		tb.Logf("rabbitmqctl -n %s stop: %v: %s", n.Name, err, out)
 	}
+	timer := time.NewTimer(stopGrace)
+	defer timer.Stop()
 	select {
-	case <-exited:
+	case <-p.Done():
 		return
-	case <-time.After(30 * time.Second):
+	case <-timer.C:
 	}
-	tb.Logf("RabbitMQ TLS node %s did not stop; killing pid %d", n.Name, cmd.Process.Pid)
-	_ = cmd.Process.Kill()
-	<-exited
+	tb.Logf("RabbitMQ TLS node %s did not stop; killing pid %d", n.Name, p.Pid())
+	_ = p.Kill()
 }
 
 // rabbitBinDir finds the directory holding the real rabbitmq-server and rabbitmqctl scripts
@@ -232,12 +224,4 @@ func freePort(tb testing.TB, from int) int {
 	}
 	tb.Fatalf("no free port from %d", start)
 	return 0
-}
-
-func tail(b []byte, n int) []byte {
-	lines := bytes.Split(b, []byte("\n"))
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return bytes.Join(lines, []byte("\n"))
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"retry-scheduler/devserver"
+	"retry-scheduler/internal/testenv"
 )
 
 // A healthy frontend already on the port is reused: exit 0, nothing started.
@@ -62,8 +63,8 @@ func TestForTestMode(t *testing.T) {
 // -engine postgres -for-test: a Temporal server on temporary PostgreSQL databases, its
 // address written when ready, stopped (and the databases dropped) on SIGTERM.
 func TestForTestModePostgres(t *testing.T) {
-	if _, err := os.Stat(filepath.Join(devserver.DefaultServerDir(), "bin", "server")); err != nil && os.Getenv("CI") != "true" {
-		t.Skipf("no Temporal server binaries (make temporal-server): %v", err)
+	if _, err := os.Stat(filepath.Join(devserver.DefaultServerDir(), "bin", "server")); err != nil {
+		testenv.Missing(t, "no Temporal server binaries (make temporal-server): %v", err)
 	}
 	addrFile := filepath.Join(t.TempDir(), "addr")
 	var out, errb bytes.Buffer

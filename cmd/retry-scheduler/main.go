@@ -1,5 +1,6 @@
 // Command retry-scheduler runs the service: `all` (worker + bridge + ops, the local default),
-// `worker` or `bridge`. Configuration comes from the environment, overridden by flags.
+// `worker` or `bridge`. Configuration comes from the environment, overridden by flags
+// (`retry-scheduler -h` lists them).
 package main
 
 import (
@@ -26,7 +27,10 @@ func main() {
 		fmt.Fprintln(os.Stderr, "retry-scheduler: invalid configuration:", err)
 		os.Exit(2)
 	}
-	logger := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: logLevel(cfg.LogLevel)}))
+	logger := cfg.NewLogger(os.Stderr)
+	// The process's handler: the logger is injected everywhere, and a library that logs
+	// without one would still write JSON at LOG_LEVEL.
+	slog.SetDefault(logger)
 	logger.Info("starting", "config", cfg.String())
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -36,12 +40,4 @@ func main() {
 		os.Exit(1)
 	}
 	logger.Info("stopped")
-}
-
-func logLevel(s string) slog.Level {
-	var l slog.Level
-	if err := l.UnmarshalText([]byte(s)); err != nil {
-		return slog.LevelInfo // config.Validate already refused anything else
-	}
-	return l
 }

@@ -1,10 +1,10 @@
 //go:build linux
 
-package brokertest
+package proc
 
 import "syscall"
 
-// sysProcAttr puts the node in its own process group and kills it if the test process dies.
+// sysProcAttr puts the child in its own process group and kills it if the parent dies.
 func sysProcAttr() *syscall.SysProcAttr {
 	return &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 }

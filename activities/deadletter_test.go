@@ -26,7 +26,7 @@ func TestDeadLetterExpiresWithTheRetentionAndCarriesTheLastError(t *testing.T) {
 	env := testEnvelope()
 	env.RetryAttempts[0].ErrorType, env.RetryAttempts[0].StackTrace = "TimeoutError", "at a"
 	env.RetryAttempts[1].ErrorType = "HttpError"
-	_, err, _ := run(t, acts, acts.DeadLetter, DeadLetterInput{Queue: "billing.dead", Envelope: env})
+	_, _, err := run(t, acts, acts.DeadLetter, DeadLetterInput{Queue: "billing.dead", Envelope: env})
 	require.NoError(t, err)
 
 	require.Len(t, pub.got, 1)
@@ -39,12 +39,6 @@ func TestDeadLetterExpiresWithTheRetentionAndCarriesTheLastError(t *testing.T) {
 	assert.Empty(t, got.StackTrace, "taken together with its type, not mixed from another attempt")
 	assert.Equal(t, "TimeoutError", got.RetryAttempts[0].ErrorType)
 	assert.Equal(t, "at a", got.RetryAttempts[0].StackTrace)
-}
-
-func TestExpiration(t *testing.T) {
-	assert.Equal(t, "", expiration(0))
-	assert.Equal(t, "1500", expiration(1500*time.Millisecond))
-	assert.Equal(t, "4294967295", expiration(90*24*time.Hour), "capped at RabbitMQ's limit")
 }
 
 func TestDeadLetterPublishFailuresAreCounted(t *testing.T) {

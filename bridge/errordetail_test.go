@@ -15,7 +15,8 @@ import (
 	"retry-scheduler/message"
 )
 
-// Seed 001's error detail and service metadata, and the event type, from each form.
+// The reporter's error detail (exception class, stack trace), its service metadata and the
+// message's event type, from each form.
 
 func TestDecodeJSONErrorDetailAndEventType(t *testing.T) {
 	f := validRetryMessage()

@@ -1,10 +1,11 @@
 //go:build !linux
 
-package brokertest
+package proc
 
 import "syscall"
 
-// sysProcAttr puts the node in its own process group.
+// sysProcAttr puts the child in its own process group (no parent-death signal outside
+// Linux).
 func sysProcAttr() *syscall.SysProcAttr {
 	return &syscall.SysProcAttr{Setpgid: true}
 }

@@ -11,37 +11,26 @@ import (
 	"retry-scheduler/workflows"
 )
 
-const base = `WorkflowType = "RetryWorkflow" AND ExecutionStatus = "Running" AND TaskQueue = "tq"`
-
-func TestQuoteEscapes(t *testing.T) {
-	assert.Equal(t, `"orders"`, quote("orders"))
-	assert.Equal(t, `"a\"b"`, quote(`a"b`))
-	assert.Equal(t, `"a\\b"`, quote(`a\b`))
-	assert.Equal(t, `"x\" OR RetryStatus != \"dead"`, quote(`x" OR RetryStatus != "dead`))
-	assert.Equal(t, `"it's"`, quote(`it's`), "single quotes are plain inside double quotes")
-	assert.Equal(t, `"\\\" OR 1=1 --"`, quote(`\" OR 1=1 --`), "a backslash cannot swallow the escape")
-}
+const base = `WorkflowType = 'RetryWorkflow' AND ExecutionStatus = 'Running' AND TaskQueue = 'tq'`
 
 func TestRetryQueueQuery(t *testing.T) {
-	s := scope{TaskQueue: "tq"}
 	f, err := parseRetryQueueFilter(url.Values{})
 	require.NoError(t, err)
-	assert.Equal(t, base+` AND RetryStatus IN ("scheduled", "republishing", "awaiting-outcome")`, s.Query(f))
+	assert.Equal(t, base+` AND RetryStatus IN ('scheduled', 'republishing', 'awaiting-outcome')`, f.query("tq"))
 
 	f, err = parseRetryQueueFilter(url.Values{"status": {"scheduled"}, "queue": {`it's`}, "category": {"Rate_Limited"}, "tenant": {"acme"}})
 	require.NoError(t, err)
-	assert.Equal(t, base+` AND RetryStatus = "scheduled" AND OriginalQueue = "it's" AND ErrorCategory = "rate-limited" AND TenantId = "acme"`, s.Query(f))
+	assert.Equal(t, base+` AND RetryStatus = 'scheduled' AND OriginalQueue = 'it\'s' AND ErrorCategory = 'rate-limited' AND TenantId = 'acme'`, f.query("tq"))
 
 	f, err = parseRetryQueueFilter(url.Values{"status": {"scheduled,awaiting-outcome"}})
 	require.NoError(t, err)
-	assert.Equal(t, base+` AND RetryStatus IN ("scheduled", "awaiting-outcome")`, s.Query(f))
+	assert.Equal(t, base+` AND RetryStatus IN ('scheduled', 'awaiting-outcome')`, f.query("tq"))
 }
 
 func TestDeadLetterQuery(t *testing.T) {
-	s := scope{TaskQueue: "tq"}
 	f, err := parseDeadLetterFilter(url.Values{"queue": {"orders"}, "from": {"2026-01-01T00:00:00+01:00"}, "to": {"2026-01-02T00:00:00Z"}})
 	require.NoError(t, err)
-	assert.Equal(t, base+` AND RetryStatus = "dead" AND OriginalQueue = "orders" AND DeadAt >= "2025-12-31T23:00:00Z" AND DeadAt < "2026-01-02T00:00:00Z"`, s.Query(f))
+	assert.Equal(t, base+` AND RetryStatus = 'dead' AND OriginalQueue = 'orders' AND DeadAt >= '2025-12-31T23:00:00Z' AND DeadAt < '2026-01-02T00:00:00Z'`, f.query("tq"))
 }
 
 func TestFiltersRefuseBadValues(t *testing.T) {
@@ -53,6 +42,8 @@ func TestFiltersRefuseBadValues(t *testing.T) {
 		{"queue": {`x" OR RetryStatus != "y`}},
 		{"queue": {`a\b`}},
 		{"queue": {"line\nbreak"}},
+		{"queue": {"'lead"}},
+		{"tenant": {"trail'"}},
 		{"queue": {string(make([]byte, 300))}},
 		{"tenant": {"\xff"}},
 		{"sort": {"x"}},
@@ -79,7 +70,7 @@ func TestBulkFilter(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, []workflows.Status{workflows.StatusDead}, f.Statuses)
 	assert.Equal(t, time.Date(2026, 2, 27, 12, 0, 0, 0, time.UTC), f.DeadTo)
-	assert.Equal(t, base+` AND RetryStatus = "dead" AND OriginalQueue = "orders" AND ErrorCategory = "permanent" AND DeadAt < "2026-02-27T12:00:00Z"`, scope{TaskQueue: "tq"}.Query(f))
+	assert.Equal(t, base+` AND RetryStatus = 'dead' AND OriginalQueue = 'orders' AND ErrorCategory = 'permanent' AND DeadAt < '2026-02-27T12:00:00Z'`, f.query("tq"))
 
 	for _, b := range []BulkFilter{{OlderThan: "-1h"}, {OlderThan: "soon"}, {OlderThan: "0s"}, {Category: "x"}, {Queue: "\x01"},
 		{EventType: `a"b`}, {Tenant: "\x01"}} {
@@ -92,7 +83,7 @@ func TestBulkFilter(t *testing.T) {
 	// age is a dead letter's.
 	f, err = BulkFilter{Queue: "orders", EventType: "order.created", Tenant: "acme"}.filter(now, workflows.StatusScheduled)
 	require.NoError(t, err)
-	assert.Equal(t, base+` AND RetryStatus = "scheduled" AND OriginalQueue = "orders" AND TenantId = "acme" AND EventType = "order.created"`, scope{TaskQueue: "tq"}.Query(f))
+	assert.Equal(t, base+` AND RetryStatus = 'scheduled' AND OriginalQueue = 'orders' AND TenantId = 'acme' AND EventType = 'order.created'`, f.query("tq"))
 	_, err = BulkFilter{OlderThan: "1h"}.filter(now, workflows.StatusScheduled)
 	var br badRequest
 	require.ErrorAs(t, err, &br)
@@ -100,13 +91,12 @@ func TestBulkFilter(t *testing.T) {
 }
 
 func TestEventTypeFilter(t *testing.T) {
-	s := scope{TaskQueue: "tq"}
 	f, err := parseRetryQueueFilter(url.Values{"event_type": {"order.created"}})
 	require.NoError(t, err)
-	assert.Equal(t, base+` AND RetryStatus IN ("scheduled", "republishing", "awaiting-outcome") AND EventType = "order.created"`, s.Query(f))
+	assert.Equal(t, base+` AND RetryStatus IN ('scheduled', 'republishing', 'awaiting-outcome') AND EventType = 'order.created'`, f.query("tq"))
 	f, err = parseDeadLetterFilter(url.Values{"event_type": {"it's.odd"}, "category": {"permanent"}})
 	require.NoError(t, err)
-	assert.Equal(t, base+` AND RetryStatus = "dead" AND ErrorCategory = "permanent" AND EventType = "it's.odd"`, s.Query(f))
+	assert.Equal(t, base+` AND RetryStatus = 'dead' AND ErrorCategory = 'permanent' AND EventType = 'it\'s.odd'`, f.query("tq"))
 	for _, bad := range []string{`x" OR EventType != "y`, `a\b`, "a\x00", string(make([]byte, 256))} {
 		_, err := parseRetryQueueFilter(url.Values{"event_type": {bad}})
 		var br badRequest
@@ -118,14 +108,13 @@ func TestEventTypeFilter(t *testing.T) {
 
 func TestDeliveredQuery(t *testing.T) {
 	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
-	s := scope{TaskQueue: "tq"}
-	closed := `WorkflowType = "RetryWorkflow" AND ExecutionStatus = "Completed" AND TaskQueue = "tq"`
+	closed := `WorkflowType = 'RetryWorkflow' AND ExecutionStatus = 'Completed' AND TaskQueue = 'tq'`
 	f, err := parseDeliveredFilter(url.Values{}, now)
 	require.NoError(t, err)
-	assert.Equal(t, closed+` AND RetryStatus = "delivered" AND CloseTime >= "2026-02-28T12:00:00Z"`, s.Query(f), "the last 24 h by default")
+	assert.Equal(t, closed+` AND RetryStatus = 'delivered' AND CloseTime >= '2026-02-28T12:00:00Z'`, f.query("tq"), "the last 24 h by default")
 	f, err = parseDeliveredFilter(url.Values{"since": {"7d"}, "queue": {"orders"}, "event_type": {"order.created"}}, now)
 	require.NoError(t, err)
-	assert.Equal(t, closed+` AND RetryStatus = "delivered" AND OriginalQueue = "orders" AND EventType = "order.created" AND CloseTime >= "2026-02-22T12:00:00Z"`, s.Query(f))
+	assert.Equal(t, closed+` AND RetryStatus = 'delivered' AND OriginalQueue = 'orders' AND EventType = 'order.created' AND CloseTime >= '2026-02-22T12:00:00Z'`, f.query("tq"))
 	for _, q := range []url.Values{{"since": {"yesterday"}}, {"since": {"-1h"}}, {"since": {"91d"}}, {"status": {"dead"}}, {"from": {"x"}}} {
 		_, err := parseDeliveredFilter(q, now)
 		var br badRequest
@@ -155,14 +144,14 @@ func TestWorkflowUIURL(t *testing.T) {
 		WorkflowUIURL("https://ui.example/t", "prod.acme", "retry/orders/a b?c#d", ""), "without a run: the UI opens the latest")
 }
 
-func TestTenantScope(t *testing.T) {
+func TestScopeFilter(t *testing.T) {
 	f := Filter{}
-	require.NoError(t, tenantScope(Principal{Name: "all"}, &f))
+	require.NoError(t, scopeFilter(Principal{Name: "all"}, &f))
 	assert.Empty(t, f.Tenant)
-	require.NoError(t, tenantScope(Principal{Name: "b", Tenant: "acme"}, &f))
+	require.NoError(t, scopeFilter(Principal{Name: "b", Tenant: "acme"}, &f))
 	assert.Equal(t, "acme", f.Tenant, "a scoped token's lists are filtered to its tenant")
 	f = Filter{Tenant: "globex"}
-	err := tenantScope(Principal{Name: "b", Tenant: "acme"}, &f)
+	err := scopeFilter(Principal{Name: "b", Tenant: "acme"}, &f)
 	var ae *apiError
 	require.ErrorAs(t, err, &ae)
 	assert.Equal(t, 403, ae.Status)
@@ -185,4 +174,16 @@ func TestCursorRoundTrip(t *testing.T) {
 		_, err := parsePageSize(bad)
 		require.Error(t, err, bad)
 	}
+}
+
+// A value visibility can match is quoted, never refused for its quotes: it stays one literal,
+// so it cannot widen the query.
+func TestHostileValuesStayOneLiteral(t *testing.T) {
+	f, err := parseDeadLetterFilter(url.Values{"queue": {`x' OR RetryStatus != 'y`}, "tenant": {`a') OR ('1'='1`}})
+	require.NoError(t, err)
+	assert.Equal(t, base+` AND RetryStatus = 'dead' AND OriginalQueue = 'x\' OR RetryStatus != \'y' AND TenantId = 'a\') OR (\'1\'=\'1'`, f.query("tq"))
+	_, err = parseDeadLetterFilter(url.Values{"queue": {`x\' OR 1=1 --`}})
+	var br badRequest
+	require.ErrorAs(t, err, &br)
+	assert.Contains(t, br.msg, "visibility cannot match")
 }

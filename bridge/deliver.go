@@ -1,0 +1,185 @@
+package bridge
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+// handle processes one entry and reports the outcome to the loop. The results channel has
+// room for every handler the loop allows in flight, so the send never blocks, even after the
+// loop has returned.
+func (s *session) handle(e *entry) {
+	defer s.b.handlers.Done()
+	s.results <- s.process(e)
+}
+
+func (s *session) process(e *entry) result {
+	b, d := s.b, e.d
+	rep, err := Decode(DeliveryFrom(d), b.cfg.Decode)
+	if err != nil {
+		var pe *PoisonError
+		if !errors.As(err, &pe) {
+			pe = &PoisonError{Kind: KindPoison, Reason: err.Error(), MessageID: d.MessageId}
+		}
+		return s.deadLetter(e, pe)
+	}
+	log := withCorrelationID(b.log.With("message_id", rep.Message.MessageID, "original_queue", rep.Message.OriginalQueue,
+		"retry_count", rep.RetryCount), rep.Message.CorrelationID)
+
+	for {
+		ctx, cancel := context.WithTimeout(s.ctx, b.cfg.ReportTimeout)
+		err = b.reporter.Report(ctx, rep)
+		cancel()
+		if err == nil {
+			break
+		}
+		switch s.judge(err) {
+		case failPermanent:
+			return s.deadLetter(e, &PoisonError{
+				Kind:          KindPoison,
+				Reason:        "report rejected: " + err.Error(),
+				OriginalQueue: rep.Message.OriginalQueue,
+				MessageID:     rep.Message.MessageID,
+			})
+		case failStale:
+			return s.stale(d, err)
+		case failOutage:
+			log.Warn("report failed; holding the delivery unacked until Temporal answers", "outcome", OutcomeHeld, "error", err)
+			return s.hold(e, fmt.Errorf("report: %w", err))
+		}
+		e.strikes++
+		if e.strikes >= b.cfg.ReportTries {
+			return s.deadLetter(e, &PoisonError{
+				Kind:          KindPoison,
+				Reason:        fmt.Sprintf("report failed %d times while Temporal answered other calls: %v", e.strikes, err),
+				OriginalQueue: rep.Message.OriginalQueue,
+				MessageID:     rep.Message.MessageID,
+			})
+		}
+		wait := jitter(b.cfg.ReconnectDelay << (e.strikes - 1))
+		log.Warn("report failed while Temporal answers; trying this message again", "try", e.strikes, "of", b.cfg.ReportTries, "in_ms", wait.Milliseconds(), "error", err)
+		t := time.NewTimer(wait)
+		select {
+		case <-t.C:
+		case <-s.ctx.Done():
+			t.Stop()
+			return s.stale(d, err)
+		}
+	}
+	r := s.conclude(d, true, OutcomeAccepted, nil)
+	if r.outcome == OutcomeAccepted {
+		b.metrics.scheduled.WithLabelValues(rep.Message.OriginalQueue).Inc()
+		log.Info("failure report accepted", "outcome", r.outcome, "source", rep.Source)
+	} else {
+		log.Warn("failure report accepted but delivery not acked: channel gone; the broker will redeliver it", "outcome", r.outcome)
+	}
+	return r
+}
+
+// reportFailure is what a failed report means; judge tells.
+type reportFailure int
+
+const (
+	// failPermanent: no retry mends it (Permanent).
+	failPermanent reportFailure = iota
+	// failStale: the session is retired; the delivery can be neither acked nor held.
+	failStale
+	// failOutage: Temporal as a whole is unavailable; hold the delivery.
+	failOutage
+	// failMessage: Temporal answers; the failure is the message's own.
+	failMessage
+)
+
+// judge classifies a failed report, for the report of a delivery and the start of a parked
+// workflow alike.
+func (s *session) judge(err error) reportFailure {
+	switch {
+	case IsPermanent(err):
+		return failPermanent
+	case s.ctx.Err() != nil:
+		return failStale
+	case !s.messageFault(err):
+		return failOutage
+	}
+	return failMessage
+}
+
+// messageFault reports whether a failed report is the message's own: Temporal answers the
+// Probe, and the error does not say Temporal is unavailable.
+func (s *session) messageFault(err error) bool {
+	if IsUnavailable(err) || s.b.cfg.Probe == nil {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(s.ctx, probeTimeout)
+	defer cancel()
+	return s.b.cfg.Probe(ctx) == nil
+}
+
+// stale ends a delivery of a retired session (its connection is gone): it can be neither
+// acked nor held, and the broker redelivers it.
+func (s *session) stale(d amqp.Delivery, err error) result {
+	return s.conclude(d, false, OutcomeDroppedStale, fmt.Errorf("report: %w", err))
+}
+
+// hold hands e back to the loop unsettled: no ack, no requeue, so no delivery is spent.
+func (s *session) hold(e *entry, err error) result {
+	s.b.metrics.outcome(OutcomeHeld)
+	return result{outcome: OutcomeHeld, err: err, held: e}
+}
+
+// deadLetter publishes the poison envelope with a confirm, then parks the delivery as a dead
+// RetryWorkflow (park.go), then acks. If the publish fails, or Temporal is unavailable for
+// the parked workflow, the delivery is held (and the bridge probes), so a poison message is
+// never dropped; a parked workflow Temporal refuses for good leaves the envelope alone.
+func (s *session) deadLetter(e *entry, pe *PoisonError) result {
+	b, d := s.b, e.d
+	env := poisonEnvelope(d, pe, b.cfg.Decode, b.cfg.Decode.Now())
+	env.Metadata.Service, env.Metadata.ServiceVersion = b.cfg.ServiceName, b.cfg.ServiceVersion
+	env.WorkflowID = parkedWorkflowID(env, pe, b.cfg.Queue)
+	log := withCorrelationID(b.log.With("message_id", env.MessageID, "original_queue", env.OriginalQueue, "reason", pe.Reason,
+		"workflow_id", env.WorkflowID), env.CorrelationID)
+	if !e.deadLettered {
+		ctx, cancel := context.WithTimeout(s.ctx, b.cfg.ReportTimeout)
+		err := b.publishEnvelope(ctx, env)
+		cancel()
+		if err != nil {
+			b.metrics.deadLetterPublishFailed(b.cfg.DeadLetterQueue)
+			log.Error("dead-letter publish failed; holding the delivery", "outcome", OutcomeHeld, "error", err)
+			return s.hold(e, fmt.Errorf("dead-letter %s message to %s: %w", pe.Kind, b.cfg.DeadLetterQueue, err))
+		}
+		e.deadLettered = true
+	}
+	rep := parkReport(env, pe, b.cfg.Queue, b.cfg.DeadLetterQueue, b.cfg.Decode)
+	if held, err := s.park(e, rep, log); held {
+		log.Warn("parked workflow not started; holding the dead-lettered delivery unacked until Temporal answers", "outcome", OutcomeHeld, "error", err)
+		return s.hold(e, fmt.Errorf("park %s message: %w", pe.Kind, err))
+	} else if err != nil && s.ctx.Err() != nil {
+		return s.stale(d, err)
+	}
+	r := s.conclude(d, true, pe.Kind, nil)
+	log.Warn("delivery dead-lettered", "outcome", r.outcome, "dead_letter_queue", b.cfg.DeadLetterQueue)
+	return r
+}
+
+// withCorrelationID adds the message's correlation id to l's lines when it has one.
+func withCorrelationID(l *slog.Logger, id string) *slog.Logger {
+	if id == "" {
+		return l
+	}
+	return l.With("correlation_id", id)
+}
+
+// conclude settles d and counts the outcome; a delivery that could not be settled is
+// dropped_stale whatever was intended.
+func (s *session) conclude(d amqp.Delivery, ack bool, outcome string, err error) result {
+	if !s.settle(d, ack) {
+		outcome = OutcomeDroppedStale
+	}
+	s.b.metrics.outcome(outcome)
+	return result{outcome: outcome, err: err}
+}

@@ -1,0 +1,238 @@
+package bridge
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+// entry is a delivery in the bridge's hands, with the failed reports counted against it.
+type entry struct {
+	d amqp.Delivery
+	// strikes counts reports that failed while Temporal answered the Probe.
+	strikes int
+	// deadLettered is set once its poison envelope is confirmed on the dead-letter queue, so
+	// that a delivery held while its parked workflow could not be started is not published twice.
+	deadLettered bool
+}
+
+// result is what a handler reports to its session's loop.
+type result struct {
+	outcome string
+	err     error
+	// held is the entry to hold, with outcome OutcomeHeld.
+	held *entry
+}
+
+// mode is the consuming state of a session.
+type mode int
+
+const (
+	// running: up to Workers handlers, held entries first, then new deliveries.
+	running mode = iota
+	// holding: Temporal (or the dead-letter queue) is unavailable; nothing is dispatched,
+	// nothing is acked or requeued; a timer starts the next probe. What the broker sends
+	// meanwhile (at most the prefetch) waits unacked in the consumer's buffer.
+	holding
+	// probing: the oldest held entry alone is reported again; its success resumes running,
+	// its failure holds again with a longer backoff.
+	probing
+)
+
+// loop is the dispatcher of a session: the only goroutine that consumes, dispatches and
+// counts in-flight handlers.
+type loop struct {
+	s          *session
+	mode       mode
+	deliveries <-chan amqp.Delivery
+	inflight   int
+	consumed   bool
+	// held are entries waiting for Temporal, oldest first.
+	held []*entry
+	// holdDelay is the next wait before a probe; it doubles up to MaxBackoff.
+	holdDelay            time.Duration
+	probe                *time.Timer
+	connClosed, chClosed <-chan *amqp.Error
+}
+
+func (l *loop) run(ctx context.Context) error {
+	s, b := l.s, l.s.b
+	defer func() {
+		if l.probe != nil {
+			l.probe.Stop()
+		}
+	}()
+	if err := l.consume(); err != nil {
+		s.retire()
+		return err
+	}
+	for {
+		l.dispatchHeld()
+		var take <-chan amqp.Delivery
+		if l.mode == running && len(l.held) == 0 && l.inflight < b.cfg.Workers {
+			take = l.deliveries
+		}
+		var probe <-chan time.Time
+		if l.probe != nil {
+			probe = l.probe.C
+		}
+		select {
+		case <-ctx.Done():
+			return l.shutdown()
+		case e := <-l.connClosed:
+			return l.lost(fmt.Errorf("connection closed: %v", e))
+		case e := <-l.chClosed:
+			return l.lost(fmt.Errorf("channel closed: %v", e))
+		case d, ok := <-take:
+			if !ok {
+				l.deliveries = nil
+				return l.lost(errors.New("consumer cancelled by the broker"))
+			}
+			l.dispatch(&entry{d: d})
+		case r := <-s.results:
+			l.inflight--
+			l.onResult(r)
+		case <-probe:
+			l.probe = nil
+			l.mode = probing
+			b.log.Info("probing: reporting the oldest held delivery again", "held", len(l.held))
+		}
+	}
+}
+
+// dispatchHeld hands held entries to handlers: all of them (as workers allow) while
+// running, the oldest alone while probing.
+func (l *loop) dispatchHeld() {
+	switch l.mode {
+	case running:
+		for len(l.held) > 0 && l.inflight < l.s.b.cfg.Workers {
+			e := l.held[0]
+			l.held = l.held[1:]
+			l.dispatch(e)
+		}
+	case probing:
+		if len(l.held) == 0 {
+			l.resume()
+			return
+		}
+		if l.inflight == 0 {
+			e := l.held[0]
+			l.held = l.held[1:]
+			l.dispatch(e)
+		}
+	}
+}
+
+func (l *loop) dispatch(e *entry) {
+	l.inflight++
+	l.s.b.handlers.Add(1)
+	go l.s.handle(e)
+}
+
+// onResult holds an entry that could not be reported, and resumes running once a report
+// (or a dead-letter publish) went through.
+func (l *loop) onResult(r result) {
+	b := l.s.b
+	switch r.outcome {
+	case OutcomeHeld:
+		l.held = append(l.held, r.held)
+		if l.mode == holding {
+			return
+		}
+		if l.mode == running {
+			b.log.Warn("holding deliveries: Temporal or the dead-letter queue is unavailable; nothing is acked or requeued until a probe succeeds",
+				"error", r.err)
+		}
+		b.ready.Store(false)
+		l.mode = holding
+		wait := jitter(l.holdDelay)
+		l.probe = time.NewTimer(wait)
+		b.log.Info("next probe", "in_ms", wait.Milliseconds(), "held", len(l.held), "error", r.err)
+		l.holdDelay = min(2*l.holdDelay, MaxBackoff)
+	case OutcomeAccepted, OutcomePoison, OutcomeOversize:
+		if l.mode == probing {
+			l.resume()
+		}
+		if l.mode == running {
+			l.holdDelay = b.cfg.ReconnectDelay
+		}
+	}
+}
+
+// resume goes back to running after a successful probe.
+func (l *loop) resume() {
+	b := l.s.b
+	l.mode = running
+	l.holdDelay = b.cfg.ReconnectDelay
+	b.ready.Store(true)
+	b.log.Info("resumed consumption", "held", len(l.held))
+}
+
+func (l *loop) consume() error {
+	var d <-chan amqp.Delivery
+	if err := l.s.rpc("consume "+l.s.b.cfg.Queue, func() (err error) {
+		d, err = l.s.ch.Consume(l.s.b.cfg.Queue, consumerTag, false, false, false, false, nil)
+		return err
+	}); err != nil {
+		return err
+	}
+	l.deliveries = d
+	l.consumed = true
+	l.s.b.ready.Store(true)
+	return nil
+}
+
+// lost ends a session whose connection or channel is gone. Its held entries are stale: the
+// broker requeues them with everything else this channel had.
+func (l *loop) lost(err error) error {
+	l.s.b.ready.Store(false)
+	l.s.retire()
+	for range l.held {
+		l.s.b.metrics.outcome(OutcomeDroppedStale)
+	}
+	l.held = nil
+	return err
+}
+
+// shutdown stops consuming, requeues what the consumer still holds and what is held, waits
+// for in-flight handlers (bounded by ReportTimeout plus a margin), then closes the channel.
+func (l *loop) shutdown() error {
+	s, b := l.s, l.s.b
+	b.ready.Store(false)
+	if l.deliveries != nil {
+		if err := s.rpc("cancel consumer", func() error { return s.ch.Cancel(consumerTag, false) }); err != nil {
+			return l.lost(err)
+		}
+	}
+	deadline := time.NewTimer(b.cfg.ReportTimeout + time.Second)
+	defer deadline.Stop()
+	for l.deliveries != nil || l.inflight > 0 {
+		select {
+		case d, ok := <-l.deliveries:
+			if !ok {
+				l.deliveries = nil
+				continue
+			}
+			s.requeue(d)
+		case r := <-s.results:
+			l.inflight--
+			if r.held != nil {
+				l.held = append(l.held, r.held)
+			}
+		case <-deadline.C:
+			return l.lost(fmt.Errorf("shutdown: %d handlers still running after %s", l.inflight, b.cfg.ReportTimeout))
+		case e := <-l.connClosed:
+			return l.lost(fmt.Errorf("shutdown: connection closed: %v", e))
+		case e := <-l.chClosed:
+			return l.lost(fmt.Errorf("shutdown: channel closed: %v", e))
+		}
+	}
+	for _, e := range l.held {
+		s.requeue(e.d)
+	}
+	l.held = nil
+	return s.rpc("close channel", s.ch.Close)
+}

@@ -1,0 +1,134 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"strconv"
+	"strings"
+
+	"retry-scheduler/broker"
+)
+
+// Validate checks every setting and reports all problems, each naming the setting's
+// environment variable.
+func (c Config) Validate() error {
+	var errs []error
+	bad := func(format string, a ...any) { errs = append(errs, fmt.Errorf(format, a...)) }
+
+	switch c.Mode {
+	case ModeAll, ModeWorker, ModeBridge:
+	default:
+		bad("MODE: unknown mode %q (want all, worker or bridge)", c.Mode)
+	}
+	if u, err := url.Parse(c.RabbitMQURL); err != nil {
+		bad("RABBITMQ_URL: not a URL (%v)", redactErr(err, c.RabbitMQURL))
+	} else if u.Scheme != "amqp" && u.Scheme != "amqps" {
+		bad("RABBITMQ_URL: scheme %q is not amqp or amqps", u.Scheme)
+	} else if u.Host == "" {
+		bad("RABBITMQ_URL: no host in %q", u.Redacted())
+	}
+	queueName := func(env, name string) {
+		switch {
+		case name == "":
+			bad("%s: must not be empty", env)
+		case len(name) > 255:
+			bad("%s: %q is longer than 255 bytes", env, name)
+		}
+	}
+	queueName("RETRY_QUEUE", c.RetryQueue)
+	queueName("MANUAL_REVIEW_QUEUE", c.ManualReviewQueue)
+	if c.RetryQueue != "" && c.RetryQueue == c.ManualReviewQueue {
+		bad("MANUAL_REVIEW_QUEUE: %q is also the RETRY_QUEUE", c.ManualReviewQueue)
+	}
+	if c.DefaultMaxRetries < 0 {
+		bad("DEFAULT_MAX_RETRIES (%d) must be 0 or more", c.DefaultMaxRetries)
+	}
+	if c.BaseDelay <= 0 {
+		bad("BASE_DELAY_MS (%s) must be above 0", c.BaseDelay)
+	}
+	if c.MaxDelay < c.BaseDelay {
+		bad("MAX_DELAY_MS (%s) must not be below BASE_DELAY_MS (%s)", c.MaxDelay, c.BaseDelay)
+	}
+	if c.HTTPPort < 1 || c.HTTPPort > 65535 {
+		bad("HTTP_PORT (%d) must be between 1 and 65535", c.HTTPPort)
+	}
+	if c.HTTPAddr != "" {
+		if _, p, err := net.SplitHostPort(c.HTTPAddr); err != nil {
+			bad("HTTP_ADDR: %q is not host:port", c.HTTPAddr)
+		} else if n, err := strconv.Atoi(p); err != nil || n < 0 || n > 65535 {
+			bad("HTTP_ADDR: port %q out of range", p)
+		}
+	}
+	if h, p, err := net.SplitHostPort(c.TemporalAddress); err != nil || h == "" {
+		bad("TEMPORAL_ADDRESS: %q is not host:port", c.TemporalAddress)
+	} else if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
+		bad("TEMPORAL_ADDRESS: port %q out of range", p)
+	}
+	if c.Namespace == "" {
+		bad("TEMPORAL_NAMESPACE: must not be empty")
+	}
+	if c.TaskQueue == "" {
+		bad("TEMPORAL_TASK_QUEUE: must not be empty")
+	}
+	if c.MaxMessageBytes < 1 || c.MaxMessageBytes > MaxMessageBytesLimit {
+		bad("MAX_MESSAGE_BYTES (%d) must be between 1 and %d (Temporal refuses payloads over 2 MB; messages travel base64-encoded)", c.MaxMessageBytes, MaxMessageBytesLimit)
+	}
+	if c.Prefetch < 1 || c.Prefetch > 65535 {
+		bad("BRIDGE_PREFETCH (%d) must be between 1 and 65535", c.Prefetch)
+	}
+	if c.WorkflowPollers < 2 {
+		bad("WORKFLOW_POLLERS (%d) must be 2 or more (the sticky and the normal queue)", c.WorkflowPollers)
+	}
+	if c.BridgeWorkers < 1 {
+		bad("BRIDGE_WORKERS (%d) must be 1 or more", c.BridgeWorkers)
+	}
+	if c.PublishTimeout <= 0 {
+		bad("PUBLISH_TIMEOUT (%s) must be above 0", c.PublishTimeout)
+	}
+	if c.StartDelayMax < 0 {
+		bad("START_DELAY_MAX (%s) must not be negative", c.StartDelayMax)
+	}
+	if c.WorkerStopTimeout <= c.PublishTimeout {
+		bad("WORKER_STOP_TIMEOUT (%s) must be above PUBLISH_TIMEOUT (%s)", c.WorkerStopTimeout, c.PublishTimeout)
+	}
+	if c.Retention <= 0 {
+		bad("DEAD_LETTER_RETENTION (%s) must be above 0", c.Retention)
+	}
+	if c.ServiceName == "" {
+		bad("SERVICE_NAME: must not be empty")
+	}
+	switch c.LogLevel {
+	case "debug", "info", "warn", "error":
+	default:
+		bad("LOG_LEVEL: unknown level %q (want debug, info, warn or error)", c.LogLevel)
+	}
+	if c.MetricsInterval <= 0 {
+		bad("METRICS_INTERVAL (%s) must be above 0", c.MetricsInterval)
+	}
+	switch c.QueueType {
+	case broker.QueueTypeClassic, broker.QueueTypeQuorum:
+	default:
+		bad("QUEUE_TYPE: unknown queue type %q (want classic or quorum)", c.QueueType)
+	}
+	switch c.APIAuth {
+	case APIAuthTokens, APIAuthOff:
+	default:
+		bad("API_AUTH: unknown value %q (want tokens or off)", c.APIAuth)
+	}
+	if c.ReplayRate < 1 || c.ReplayRate > 10000 {
+		bad("REPLAY_RATE (%d) must be between 1 and 10000", c.ReplayRate)
+	}
+	errs = append(errs, c.validateSecurity()...)
+	return errors.Join(errs...)
+}
+
+// redactErr renders a URL parse error without the URL (it may hold a password).
+func redactErr(err error, raw string) string {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return ue.Err.Error()
+	}
+	return strings.ReplaceAll(err.Error(), raw, "…")
+}

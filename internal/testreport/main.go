@@ -1,0 +1,130 @@
+// Command testreport reads `go test -json` on stdin and writes what a plain `go test`
+// would (package results, the output of failed tests), then a list of every skipped test
+// with its reason, and enforces the coverage gate. `make test` pipes each test tier
+// through it, so that CI's log says which tests did not run and why.
+//
+//	go test -json -cover -coverprofile=cover.out ./... | go run ./internal/testreport \
+//	    -coverprofile cover.out -min-coverage retry-scheduler/workflows=85
+//
+// It exits 1 when a test or a build failed, when a package named by -min-coverage is below
+// its minimum (or reported no coverage), or, with -fail-on-skip (the default under
+// CI=true), when any test skipped.
+package main
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+)
+
+func main() {
+	fs := flag.NewFlagSet("testreport", flag.ExitOnError)
+	profile := fs.String("coverprofile", "", "coverage profile of the run, for the total")
+	var gates gateFlag
+	fs.Var(&gates, "min-coverage", "package=percent: fail when the package's coverage is below (repeatable, or comma-separated)")
+	failOnSkip := fs.Bool("fail-on-skip", os.Getenv("CI") == "true", "fail when any test skipped (default: CI=true)")
+	_ = fs.Parse(os.Args[1:])
+	os.Exit(run(os.Stdin, os.Stdout, options{profile: *profile, gates: gates, failOnSkip: *failOnSkip}))
+}
+
+type options struct {
+	profile    string
+	gates      gateFlag
+	failOnSkip bool
+}
+
+// run reports the stream and returns the exit code.
+func run(in io.Reader, out io.Writer, o options) int {
+	r, err := read(in, out)
+	if err != nil {
+		fmt.Fprintln(out, "testreport:", err)
+		return 1
+	}
+	ok := !r.failed
+	printSkips(out, r.skips)
+	if len(r.skips) > 0 && o.failOnSkip {
+		fmt.Fprintf(out, "FAIL: %d skipped tests under CI=true: every prerequisite is installed there (make tools)\n", len(r.skips))
+		ok = false
+	}
+	if !checkCoverage(out, r.coverage, o.gates) {
+		ok = false
+	}
+	if o.profile != "" {
+		total, err := totalCoverage(o.profile)
+		if err != nil {
+			fmt.Fprintln(out, "testreport:", err)
+			ok = false
+		} else {
+			fmt.Fprintf(out, "== coverage: total %.1f%% of statements\n", total)
+		}
+	}
+	if !ok {
+		return 1
+	}
+	return 0
+}
+
+func printSkips(out io.Writer, skips []skip) {
+	if len(skips) == 0 {
+		fmt.Fprintln(out, "== skipped tests: none")
+		return
+	}
+	fmt.Fprintf(out, "== skipped tests: %d\n", len(skips))
+	for _, s := range skips {
+		reason := s.reason
+		if reason == "" {
+			reason = "(no reason given)"
+		}
+		fmt.Fprintf(out, "  SKIP %s %s: %s\n", s.pkg, s.test, reason)
+	}
+}
+
+// checkCoverage prints each gated package's coverage and reports whether all pass.
+func checkCoverage(out io.Writer, got map[string]float64, gates gateFlag) bool {
+	ok := true
+	for _, g := range gates {
+		pct, found := got[g.pkg]
+		switch {
+		case !found:
+			fmt.Fprintf(out, "FAIL: coverage: %s reported no coverage (gate %.0f%%)\n", g.pkg, g.min)
+			ok = false
+		case pct < g.min:
+			fmt.Fprintf(out, "FAIL: coverage: %s %.1f%% is below the gate of %.0f%%\n", g.pkg, pct, g.min)
+			ok = false
+		default:
+			fmt.Fprintf(out, "== coverage: %s %.1f%% (gate %.0f%%)\n", g.pkg, pct, g.min)
+		}
+	}
+	return ok
+}
+
+// gate is one -min-coverage: a package and its minimum percentage.
+type gate struct {
+	pkg string
+	min float64
+}
+
+type gateFlag []gate
+
+func (g *gateFlag) String() string {
+	parts := make([]string, len(*g))
+	for i, x := range *g {
+		parts[i] = fmt.Sprintf("%s=%g", x.pkg, x.min)
+	}
+	return strings.Join(parts, ",")
+}
+
+func (g *gateFlag) Set(v string) error {
+	for _, part := range strings.Split(v, ",") {
+		pkg, pct, ok := strings.Cut(strings.TrimSpace(part), "=")
+		min, err := strconv.ParseFloat(pct, 64)
+		if !ok || pkg == "" || err != nil || min < 0 || min > 100 {
+			return fmt.Errorf("%q: want package=percent", part)
+		}
+		*g = append(*g, gate{pkg, min})
+	}
+	return nil
+}

@@ -1,0 +1,117 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// A stream as `go test -json -cover` writes it: one package passing with a skip, one
+// failing.
+const stream = `{"Action":"start","Package":"m/a"}
+{"Action":"run","Package":"m/a","Test":"TestOK"}
+{"Action":"output","Package":"m/a","Test":"TestOK","Output":"=== RUN   TestOK\n"}
+{"Action":"output","Package":"m/a","Test":"TestOK","Output":"    a_test.go:9: chatter\n"}
+{"Action":"output","Package":"m/a","Test":"TestOK","Output":"--- PASS: TestOK (0.00s)\n"}
+{"Action":"pass","Package":"m/a","Test":"TestOK"}
+{"Action":"run","Package":"m/a","Test":"TestTool"}
+{"Action":"output","Package":"m/a","Test":"TestTool","Output":"=== RUN   TestTool\n"}
+{"Action":"output","Package":"m/a","Test":"TestTool","Output":"    a_test.go:12: promtool not on PATH\n"}
+{"Action":"output","Package":"m/a","Test":"TestTool","Output":"--- SKIP: TestTool (0.00s)\n"}
+{"Action":"skip","Package":"m/a","Test":"TestTool"}
+{"Action":"output","Package":"m/a","Output":"PASS\n"}
+{"Action":"output","Package":"m/a","Output":"coverage: 90.0% of statements\n"}
+{"Action":"output","Package":"m/a","Output":"ok  \tm/a\t0.01s\tcoverage: 90.0% of statements\n"}
+{"Action":"pass","Package":"m/a"}
+{"Action":"output","Package":"m/b","Output":"\tm/b\t\tcoverage: 0.0% of statements\n"}
+{"Action":"skip","Package":"m/b"}
+{"Action":"run","Package":"m/c","Test":"TestBad"}
+{"Action":"output","Package":"m/c","Test":"TestBad","Output":"=== RUN   TestBad\n"}
+{"Action":"output","Package":"m/c","Test":"TestBad","Output":"    c_test.go:5: want 1, got 2\n"}
+{"Action":"output","Package":"m/c","Test":"TestBad","Output":"--- FAIL: TestBad (0.00s)\n"}
+{"Action":"fail","Package":"m/c","Test":"TestBad"}
+{"Action":"output","Package":"m/c","Output":"FAIL\n"}
+{"Action":"output","Package":"m/c","Output":"FAIL\tm/c\t0.01s\n"}
+{"Action":"fail","Package":"m/c"}
+`
+
+func TestPlainOutputSkipsAndFailure(t *testing.T) {
+	var out strings.Builder
+	code := run(strings.NewReader(stream), &out, options{})
+	assert.Equal(t, 1, code, "a test failed")
+	got := out.String()
+	assert.Contains(t, got, "ok  \tm/a\t0.01s\tcoverage: 90.0% of statements\n")
+	assert.Contains(t, got, "    c_test.go:5: want 1, got 2\n--- FAIL: TestBad (0.00s)\n")
+	assert.Contains(t, got, "FAIL\tm/c\t0.01s\n")
+	assert.Contains(t, got, "== skipped tests: 1\n  SKIP m/a TestTool: a_test.go:12: promtool not on PATH\n")
+	assert.NotContains(t, got, "chatter", "a passing test's output stays quiet, as in plain go test")
+	assert.NotContains(t, got, "=== RUN")
+	assert.NotContains(t, got, "PASS\n")
+	assert.Equal(t, 1, strings.Count(got, "coverage: 90.0%"), "the test binary's coverage line is not repeated")
+}
+
+// passing is the stream without the failing package.
+func passing() string { return stream[:strings.Index(stream, `{"Action":"run","Package":"m/c"`)] }
+
+func TestSkipsFailTheRunWhenAsked(t *testing.T) {
+	var out strings.Builder
+	assert.Equal(t, 0, run(strings.NewReader(passing()), &out, options{}))
+	out.Reset()
+	assert.Equal(t, 1, run(strings.NewReader(passing()), &out, options{failOnSkip: true}))
+	assert.Contains(t, out.String(), "FAIL: 1 skipped tests under CI=true")
+}
+
+func TestCoverageGate(t *testing.T) {
+	for _, tc := range []struct {
+		gate string
+		code int
+		says string
+	}{
+		{"m/a=85", 0, "== coverage: m/a 90.0% (gate 85%)"},
+		{"m/a=95", 1, "FAIL: coverage: m/a 90.0% is below the gate of 95%"},
+		{"m/a=85,m/b=10", 1, "FAIL: coverage: m/b 0.0% is below the gate of 10%"},
+		{"m/z=85", 1, "FAIL: coverage: m/z reported no coverage"},
+	} {
+		var g gateFlag
+		require.NoError(t, g.Set(tc.gate))
+		var out strings.Builder
+		assert.Equal(t, tc.code, run(strings.NewReader(passing()), &out, options{gates: g}), tc.gate)
+		assert.Contains(t, out.String(), tc.says, tc.gate)
+	}
+	var g gateFlag
+	assert.Error(t, g.Set("m/a"))
+	assert.Error(t, g.Set("m/a=101"))
+	assert.Error(t, g.Set("=5"))
+}
+
+func TestTotalCoverage(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "cover.out")
+	// Three blocks (2, 3 and 5 statements); the second listed twice, covered once.
+	require.NoError(t, os.WriteFile(p, []byte(`mode: atomic
+m/a/a.go:1.1,2.2 2 1
+m/a/a.go:3.1,4.2 3 0
+m/a/a.go:3.1,4.2 3 4
+m/b/b.go:1.1,9.2 5 0
+`), 0o644))
+	total, err := totalCoverage(p)
+	require.NoError(t, err)
+	assert.InDelta(t, 50.0, total, 0.001)
+
+	var out strings.Builder
+	assert.Equal(t, 0, run(strings.NewReader(passing()), &out, options{profile: p}))
+	assert.Contains(t, out.String(), "== coverage: total 50.0% of statements\n")
+
+	require.NoError(t, os.WriteFile(p, []byte("mode: set\nnonsense\n"), 0o644))
+	_, err = totalCoverage(p)
+	assert.Error(t, err)
+}
+
+func TestNonJSONLinesPassThrough(t *testing.T) {
+	var out strings.Builder
+	run(strings.NewReader("go: downloading x v1\n"+passing()), &out, options{})
+	assert.True(t, strings.HasPrefix(out.String(), "go: downloading x v1\n"))
+}

@@ -1,0 +1,18 @@
+// Package ops serves the operators' HTTP surface on the ops port: /healthz, /readyz and
+// /metrics (Handler), and the operators' API under /api/ with its web page at / (API).
+//
+// The API is a queue-shaped view over Temporal: lists come from visibility (the search
+// attributes RetryWorkflow keeps current, queried through the visibility package), an item's
+// details from the workflow's state query, and actions are the workflow's operator updates and
+// signals, so the workflow history is the audit trail. Files by concern:
+//
+//   - api.go: configuration, routes, error answers;
+//   - auth.go, tenant.go: who calls, with which role, and which tenant's items they see;
+//   - request.go, filter.go: decoding and checking requests, and the filters they name;
+//   - list.go, paging.go, delivered.go: the lists, their sorting and keyset paging;
+//   - message.go, delayed.go: one item, read by id;
+//   - actions.go: single, bulk and filtered actions;
+//   - health.go, page.go: the probes, /metrics and the embedded page.
+//
+// ops/README.md documents the routes for operators.
+package ops
