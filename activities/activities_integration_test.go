@@ -49,18 +49,6 @@ func tempQueue(t *testing.T) (string, <-chan amqp.Delivery) {
 	return name, d
 }
 
-func receive(t *testing.T, d <-chan amqp.Delivery) amqp.Delivery {
-	t.Helper()
-	select {
-	case m, ok := <-d:
-		require.True(t, ok, "consumer closed")
-		return m
-	case <-time.After(10 * time.Second):
-		t.Fatal("no message within 10s")
-		return amqp.Delivery{}
-	}
-}
-
 func realActivities(t *testing.T) *Activities {
 	pub := broker.NewPublisher(rabbitCfg(t), nil)
 	t.Cleanup(func() { _ = pub.Close() })
@@ -86,7 +74,7 @@ func TestRepublishToRabbitMQ(t *testing.T) {
 	get(&res)
 	assert.True(t, testNow.Equal(res.PublishedAt))
 
-	d := receive(t, deliveries)
+	d := brokertest.Receive(t, deliveries)
 	assert.Equal(t, msg.Payload, d.Body)
 	assert.Equal(t, "m-1", d.MessageId)
 	assert.Equal(t, "corr-1", d.CorrelationId)
@@ -125,7 +113,7 @@ func TestDeadLetterToRabbitMQ(t *testing.T) {
 	_, _, err := run(t, acts, acts.DeadLetter, DeadLetterInput{Queue: q, Envelope: env})
 	require.NoError(t, err)
 
-	d := receive(t, deliveries)
+	d := brokertest.Receive(t, deliveries)
 	assert.Equal(t, "application/json", d.ContentType)
 	assert.Equal(t, "dlq-1", d.MessageId)
 	assert.Equal(t, amqp.Persistent, d.DeliveryMode)

@@ -2,16 +2,10 @@ package main
 
 import (
 	"context"
-	"errors"
-	"flag"
 	"fmt"
-	"log/slog"
 	"os"
-	"os/signal"
-	"syscall"
 	"time"
 
-	"retry-scheduler/config"
 	"retry-scheduler/internal/proc"
 	"retry-scheduler/service"
 )
@@ -28,27 +22,8 @@ const (
 	serviceStopGrace = 45 * time.Second
 )
 
-// serve runs service.Run like cmd/retry-scheduler does, until SIGTERM or SIGINT.
-func serve(args []string) int {
-	cfg, err := config.Load(args, os.LookupEnv)
-	if err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		fmt.Fprintln(os.Stderr, "bench serve: invalid configuration:", err)
-		return 2
-	}
-	var level slog.Level
-	_ = level.UnmarshalText([]byte(cfg.LogLevel)) // config.Validate refused anything else
-	logger := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := service.Run(ctx, cfg, logger); err != nil {
-		logger.Error("stopped", "error", err)
-		return 1
-	}
-	return 0
-}
+// serve runs the service as cmd/retry-scheduler does, until SIGTERM or SIGINT.
+func serve(args []string) int { return service.Main(args) }
 
 // startService starts `<this binary> serve args...` with env added to the environment, its
 // output appended to logFile, and waits until its /readyz answers 200.

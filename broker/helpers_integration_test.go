@@ -81,18 +81,6 @@ func consume(t *testing.T, conn *amqp.Connection, queue string) <-chan amqp.Deli
 	return d
 }
 
-func receive(t *testing.T, d <-chan amqp.Delivery) amqp.Delivery {
-	t.Helper()
-	select {
-	case m, ok := <-d:
-		require.True(t, ok, "consumer closed")
-		return m
-	case <-time.After(10 * time.Second):
-		t.Fatal("no message within 10s")
-		return amqp.Delivery{}
-	}
-}
-
 // closeConnectionByName makes the broker close the connection named name, the way an operator
 // (or a broker node going down) would: rabbitmqctl close_connection. Only this test's own
 // connection is closed; close_all_connections would break other tests sharing the broker.

@@ -61,7 +61,7 @@ func TestPublishArrivesIntact(t *testing.T) {
 	}
 	require.NoError(t, p.Publish(context.Background(), "", q, true, sent))
 
-	got := receive(t, deliveries)
+	got := brokertest.Receive(t, deliveries)
 	assert.Equal(t, body, got.Body)
 	assert.Equal(t, sent.Headers, got.Headers)
 	assert.Equal(t, sent.ContentType, got.ContentType)
@@ -97,7 +97,7 @@ func TestPublishUnroutable(t *testing.T) {
 	// The return and the closed channel do not leak into the next publishes.
 	for i := range 3 {
 		require.NoError(t, p.Publish(context.Background(), "", q, true, amqp.Publishing{Body: fmt.Appendf(nil, "%d", i)}))
-		assert.Equal(t, fmt.Sprint(i), string(receive(t, deliveries).Body))
+		assert.Equal(t, fmt.Sprint(i), string(brokertest.Receive(t, deliveries).Body))
 	}
 
 	// Without mandatory the broker drops it silently: that is the caller's choice.
@@ -116,9 +116,9 @@ func TestPublishNacked(t *testing.T) {
 	assert.True(t, errors.Is(err, ErrNacked), "%v", err)
 
 	deliveries := consume(t, conn, q)
-	assert.Equal(t, "1", string(receive(t, deliveries).Body))
+	assert.Equal(t, "1", string(brokertest.Receive(t, deliveries).Body))
 	require.NoError(t, p.Publish(context.Background(), "", q, true, amqp.Publishing{Body: []byte("3")}))
-	assert.Equal(t, "3", string(receive(t, deliveries).Body))
+	assert.Equal(t, "3", string(brokertest.Receive(t, deliveries).Body))
 }
 
 func TestConcurrentPublishes(t *testing.T) {
@@ -143,7 +143,7 @@ func TestConcurrentPublishes(t *testing.T) {
 
 	seen := map[string]bool{}
 	for range n {
-		seen[receive(t, deliveries).MessageId] = true
+		seen[brokertest.Receive(t, deliveries).MessageId] = true
 	}
 	assert.Len(t, seen, n, "every message arrives once")
 }
@@ -159,7 +159,7 @@ func TestReconnectAfterConnectionClosed(t *testing.T) {
 	p := newTestPublisher(t, Config{ConnectionName: name, Channels: 4})
 
 	require.NoError(t, p.Publish(context.Background(), "", q, true, amqp.Publishing{Body: []byte("before")}))
-	receive(t, deliveries)
+	brokertest.Receive(t, deliveries)
 
 	p.connLock <- struct{}{}
 	old := p.conn
@@ -217,7 +217,7 @@ func TestReconnectAfterConnectionClosed(t *testing.T) {
 
 	// Every confirmed message arrives; a failed one may or may not have (its outcome is unknown).
 	for {
-		m := receive(t, deliveries)
+		m := brokertest.Receive(t, deliveries)
 		if m.MessageId == "after" {
 			break
 		}
@@ -250,7 +250,7 @@ func TestPublishTimeout(t *testing.T) {
 		}
 		p.slots <- cc
 		// The broker took it either way: a timeout means "unknown", not "lost".
-		assert.Equal(t, fmt.Sprint(i), receive(t, deliveries).MessageId)
+		assert.Equal(t, fmt.Sprint(i), brokertest.Receive(t, deliveries).MessageId)
 	}
 
 	p.cfg.PublishTimeout = 10 * time.Second // no publish in flight: safe to change
@@ -260,7 +260,7 @@ func TestPublishTimeout(t *testing.T) {
 		require.NotNil(t, cc)
 		channels = append(channels, cc.ch)
 		p.slots <- cc
-		assert.Equal(t, fmt.Sprint("ok", i), receive(t, deliveries).MessageId)
+		assert.Equal(t, fmt.Sprint("ok", i), brokertest.Receive(t, deliveries).MessageId)
 	}
 	assert.Same(t, channels[0], channels[2], "a confirmed channel is reused")
 }

@@ -4,9 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"testing"
 	"time"
+
+	"go.temporal.io/sdk/client"
+	sdklog "go.temporal.io/sdk/log"
 
 	"retry-scheduler/internal/proc"
 	"retry-scheduler/internal/testenv"
@@ -85,4 +89,17 @@ func startOwnedForTest(tb testing.TB, o Options) *Server {
 		}
 	})
 	return s
+}
+
+// DialForTest is a client of s for a test, with the SDK's logging discarded, closed when the
+// test ends.
+func (s *Server) DialForTest(tb testing.TB) client.Client {
+	tb.Helper()
+	c, err := client.Dial(client.Options{HostPort: s.Address, Namespace: s.Namespace,
+		Logger: sdklog.NewStructuredLogger(slog.New(slog.DiscardHandler))})
+	if err != nil {
+		tb.Fatalf("dial the Temporal server at %s: %v", s.Address, err)
+	}
+	tb.Cleanup(c.Close)
+	return c
 }

@@ -16,7 +16,6 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/client"
-	sdklog "go.temporal.io/sdk/log"
 	"go.temporal.io/sdk/temporal"
 
 	"retry-scheduler/devserver"
@@ -28,10 +27,7 @@ import (
 // queue no worker polls, with the search attributes set at start, so they stay as made.
 func TestDepthPollerAgainstTemporal(t *testing.T) {
 	srv := devserver.StartForTest(t)
-	tc, err := client.Dial(client.Options{HostPort: srv.Address, Namespace: srv.Namespace,
-		Logger: sdklog.NewStructuredLogger(slog.New(slog.NewTextHandler(io.Discard, nil)))})
-	require.NoError(t, err)
-	t.Cleanup(tc.Close)
+	tc := srv.DialForTest(t)
 
 	b := make([]byte, 4)
 	_, _ = rand.Read(b)

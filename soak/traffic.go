@@ -155,7 +155,10 @@ func (t *traffic) session(ctx context.Context, role, queue string, handle func(c
 // duplicate: acked and dropped.
 func (t *traffic) handleOriginal(queue string) func(ctx context.Context, d amqp.Delivery) {
 	return func(ctx context.Context, d amqp.Delivery) {
-		count := headerInt(d.Headers[message.HeaderRetryCount])
+		count := -1 // not a republish
+		if n, ok := message.HeaderInt64(d.Headers[message.HeaderRetryCount]); ok {
+			count = int(n)
+		}
 		key, _ := d.Headers[message.HeaderRetryKey].(string)
 		v, r := t.ledger.arrive(d.MessageId, count, key, d.Body)
 		if v == verdictFail {
@@ -189,33 +192,6 @@ func (t *traffic) handleDead(_ context.Context, d amqp.Delivery) {
 	}
 	t.ledger.deadLettered(e.MessageID, dl)
 	_ = d.Ack(false)
-}
-
-// headerInt reads an AMQP header as an int; -1 when absent or not an integer.
-func headerInt(v any) int {
-	switch n := v.(type) {
-	case int8:
-		return int(n)
-	case int16:
-		return int(n)
-	case int32:
-		return int(n)
-	case int64:
-		return int(n)
-	case int:
-		return n
-	case uint8:
-		return int(n)
-	case uint16:
-		return int(n)
-	case uint32:
-		return int(n)
-	case string:
-		if i, err := strconv.Atoi(n); err == nil {
-			return i
-		}
-	}
-	return -1
 }
 
 // queueDepth reads the number of ready messages of queues on a short-lived connection.

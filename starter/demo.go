@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"hash/fnv"
 	"log/slog"
-	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -111,7 +110,8 @@ func consumeFlaky(ctx context.Context, queue string, deliveries <-chan amqp.Deli
 				return
 			}
 			st.consumed.Add(1)
-			attempt := headerInt(d.Headers[message.HeaderRetryCount])
+			n, _ := message.HeaderInt64(d.Headers[message.HeaderRetryCount]) // absent on a first delivery: 0
+			attempt := int(n)
 			h := fnv.New32a()
 			h.Write([]byte(d.MessageId))
 			roll := h.Sum32() % 10
@@ -147,19 +147,4 @@ func reportFailure(ctx context.Context, pub *broker.Publisher, ingress string, d
 	}); err != nil {
 		logger.Warn("report failure", "message_id", d.MessageId, "error", err)
 	}
-}
-
-func headerInt(v any) int {
-	switch n := v.(type) {
-	case int32:
-		return int(n)
-	case int64:
-		return int(n)
-	case int:
-		return n
-	case string:
-		i, _ := strconv.Atoi(n)
-		return i
-	}
-	return 0
 }

@@ -7,8 +7,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
-	"io"
-	"log/slog"
 	"testing"
 	"time"
 
@@ -16,7 +14,6 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
-	sdklog "go.temporal.io/sdk/log"
 	"go.temporal.io/sdk/temporal"
 
 	"retry-scheduler/devserver"
@@ -29,10 +26,7 @@ import (
 // queue no worker polls, with their search attributes set at start, so they stay as made.
 func TestLiteralsAgainstTemporal(t *testing.T) {
 	srv := devserver.StartForTest(t)
-	tc, err := client.Dial(client.Options{HostPort: srv.Address, Namespace: srv.Namespace,
-		Logger: sdklog.NewStructuredLogger(slog.New(slog.NewTextHandler(io.Discard, nil)))})
-	require.NoError(t, err)
-	t.Cleanup(tc.Close)
+	tc := srv.DialForTest(t)
 
 	b := make([]byte, 4)
 	_, _ = rand.Read(b)

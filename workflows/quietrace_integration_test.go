@@ -15,7 +15,6 @@ import (
 	"github.com/stretchr/testify/require"
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
-	sdklog "go.temporal.io/sdk/log"
 
 	"retry-scheduler/activities"
 	"retry-scheduler/devserver"
@@ -55,10 +54,7 @@ func (p *memPublisher) published() []string {
 // was lost. Here the worker is stopped while the quiet window passes, so the order is certain.
 func TestReportPendingWhenQuietWindowEndsIsApplied(t *testing.T) {
 	srv := devserver.StartForTest(t)
-	c, err := client.Dial(client.Options{HostPort: srv.Address, Namespace: srv.Namespace,
-		Logger: sdklog.NewStructuredLogger(slog.New(slog.DiscardHandler))})
-	require.NoError(t, err)
-	defer c.Close()
+	c := srv.DialForTest(t)
 
 	taskQueue := "quiet-race-" + strconv.FormatInt(time.Now().UnixNano(), 36)
 	msgID := taskQueue
