@@ -10,6 +10,7 @@ import (
 
 	"retry-scheduler/deadletter"
 	"retry-scheduler/message"
+	"retry-scheduler/policy"
 )
 
 // Activity names, as registered on the worker.
@@ -27,11 +28,22 @@ type RepublishInput struct {
 	Key string `json:"key"`
 	// ScheduledAt is when the retry was due; the lateness metric is measured from it.
 	ScheduledAt time.Time `json:"scheduled_at"`
+	// Breaker, when set, puts the republish under its destination's breaker: it is held
+	// while the breaker holds (unless Released), and counted towards the breaker when it
+	// goes out. Nil for runs from before breakers, and for policies that disable them.
+	Breaker *policy.Breaker `json:"breaker,omitempty"`
+	// Released says the breaker (a probe, or a release on close) or an operator let this
+	// retry go: it is republished whatever the breaker's state.
+	Released bool `json:"released,omitempty"`
 }
 
-// RepublishResult says when the broker confirmed the republish.
+// RepublishResult says when the broker confirmed the republish, or that it was held.
 type RepublishResult struct {
 	PublishedAt time.Time `json:"published_at"`
+	// Held says the destination's breaker holds its retries: nothing was published;
+	// HeldBy is the breaker's mode (open, half-open, paused).
+	Held   bool   `json:"held,omitempty"`
+	HeldBy string `json:"held_by,omitempty"`
 }
 
 // DeadLetterInput is one dead-letter publish.
@@ -48,12 +60,28 @@ const ErrTypeUnroutable = "Unroutable"
 // (headers no AMQP table can hold): retrying would fail the same way.
 const ErrTypeInvalidMessage = "InvalidMessage"
 
+// BreakerGate says whether a destination's breaker holds its retries now, and its mode.
+type BreakerGate interface {
+	Holds(queue string) (mode string, held bool)
+}
+
+// BreakerCounter counts what a destination's breaker judges by: republishes here, failed
+// republishes at the bridge.
+type BreakerCounter interface {
+	Republished(queue string, settings policy.Breaker)
+}
+
+// HeldLister lists the held retries of a destination, oldest due first: their workflow IDs.
+type HeldLister interface {
+	ListHeld(ctx context.Context, queue string, limit int) ([]string, error)
+}
+
 // Publisher is what the activities need from broker.Publisher: a confirmed publish that
 // reports broker.ErrUnroutable for a mandatory message no queue took.
 type Publisher = deadletter.Publisher
 
 // Activities are the workflow's side effects on the broker. Register the struct on a worker;
-// its methods are the activities RepublishName and DeadLetterName.
+// its methods are the activities RepublishName, DeadLetterName and ListHeldName.
 type Activities struct {
 	Publisher Publisher
 	// History finds the attempts of a message's earlier runs; nil: none are looked up.
@@ -68,6 +96,11 @@ type Activities struct {
 	DeadLetterTTL time.Duration
 	// ServiceName is the AMQP app_id of the envelopes (SERVICE_NAME). Defaults to none.
 	ServiceName string
+	// Gate, Counter and Held connect republishes to their destinations' breakers; nil: no
+	// retry is held, none is counted, and ListHeld lists none.
+	Gate    BreakerGate
+	Counter BreakerCounter
+	Held    HeldLister
 }
 
 // messageLogger is l with the keys every line about message m carries.

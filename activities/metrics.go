@@ -15,6 +15,8 @@ const (
 	StatusSuccess    = "success"
 	StatusFailed     = "failed"
 	StatusUnroutable = "unroutable"
+	// StatusHeld is a retry not published because its destination's breaker holds it.
+	StatusHeld = "held"
 )
 
 // Metrics are the activities' Prometheus series. Labels are queues, statuses and
@@ -34,7 +36,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	return &Metrics{
 		RetriesExecuted: promreg.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "retries_executed_total",
-			Help: "Republish attempts by original queue and outcome (success, failed, unroutable).",
+			Help: "Republish attempts by original queue and outcome (success, failed, unroutable, held).",
 		}, []string{"queue", "status"})),
 		DeadLetters: promreg.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "dead_letters_total",

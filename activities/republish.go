@@ -18,6 +18,8 @@ import (
 // and x-retry-key so consumers can drop duplicates.
 // An unroutable destination is a non-retryable ErrTypeUnroutable error; any other publish
 // failure is returned as is for Temporal to retry.
+// Under a breaker (in.Breaker), a retry whose destination's breaker holds is not published
+// (the result says Held) unless it was released; a confirmed one is counted towards it.
 func (a *Activities) Republish(ctx context.Context, in RepublishInput) (RepublishResult, error) {
 	m := in.Message
 	exchange, key := m.OriginalExchange, m.OriginalRoutingKey
@@ -26,6 +28,12 @@ func (a *Activities) Republish(ctx context.Context, in RepublishInput) (Republis
 	}
 	log := messageLogger(a.logger(), m).With("attempt", in.Attempt, "key", in.Key,
 		"queue", m.OriginalQueue, "exchange", exchange, "routing_key", key)
+
+	if mode, held := a.holds(in); held {
+		a.Metrics.retryExecuted(m.OriginalQueue, StatusHeld)
+		log.Info("retry held", "outcome", StatusHeld, "breaker", mode)
+		return RepublishResult{Held: true, HeldBy: mode}, nil
+	}
 
 	headers, err := republishHeaders(m.Headers, in.Attempt, in.Key)
 	if err != nil {
@@ -65,6 +73,9 @@ func (a *Activities) Republish(ctx context.Context, in RepublishInput) (Republis
 	}
 
 	a.Metrics.retryExecuted(m.OriginalQueue, StatusSuccess)
+	if in.Breaker != nil && a.Counter != nil {
+		a.Counter.Republished(m.OriginalQueue, *in.Breaker)
+	}
 	if in.ScheduledAt.IsZero() {
 		log.Info("retry republished", "outcome", StatusSuccess)
 	} else {
@@ -73,6 +84,15 @@ func (a *Activities) Republish(ctx context.Context, in RepublishInput) (Republis
 		log.Info("retry republished", "outcome", StatusSuccess, "lateness_ms", lateness.Milliseconds())
 	}
 	return RepublishResult{PublishedAt: publishedAt}, nil
+}
+
+// holds says whether the retry must wait for its destination's breaker, and the breaker's
+// mode: only a retry under a breaker that was not released, and only with a gate.
+func (a *Activities) holds(in RepublishInput) (string, bool) {
+	if in.Breaker == nil || in.Released || a.Gate == nil {
+		return "", false
+	}
+	return a.Gate.Holds(in.Message.OriginalQueue)
 }
 
 // DeadLetter publishes the envelope to in.Queue (see deadletter.Publish), with an expiration

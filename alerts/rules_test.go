@@ -38,6 +38,7 @@ var exported = map[string]bool{
 	"dead_letter_oldest_age_seconds": true, "dead_letter_depth": true, "depth_poll_last_success_timestamp_seconds": true,
 	"retry_queue_depth": true, "retry_due": true, "retries_exhausted_total": true, "retries_scheduled_total": true,
 	"retries_executed_total": true, "depth_poll_errors_total": true, "dead_letter_publish_failures_total": true,
+	"breaker_state": true, "retries_held": true, "breaker_transitions_total": true,
 }
 
 func TestRulesFile(t *testing.T) {
@@ -54,6 +55,7 @@ func TestRulesFile(t *testing.T) {
 
 	records := map[string]bool{}
 	alerts := map[string]string{} // name -> expr
+	fors := map[string]string{}   // name -> for
 	metricName := regexp.MustCompile(`[a-zA-Z_:][a-zA-Z0-9_:]*`)
 	for _, g := range f.Groups {
 		for _, r := range g.Rules {
@@ -77,6 +79,7 @@ func TestRulesFile(t *testing.T) {
 				continue
 			}
 			alerts[r.Alert] = r.Expr
+			fors[r.Alert] = r.For
 			if _, err := time.ParseDuration(r.For); err != nil {
 				t.Errorf("%s: for %q: %v", r.Alert, r.For, err)
 			}
@@ -106,6 +109,11 @@ func TestRulesFile(t *testing.T) {
 		if !strings.HasSuffix(strings.TrimSpace(expr), want) {
 			t.Errorf("%s: expr %q does not end with %q", name, expr, want)
 		}
+	}
+	// A breaker that holds a destination's retries (open or half-open; paused is an
+	// operator's choice) for longer than 15 minutes.
+	if expr := alerts["RetrySchedulerBreakerOpen"]; !strings.Contains(expr, `breaker_state{state=~"open|half-open"}`) || fors["RetrySchedulerBreakerOpen"] != "15m" {
+		t.Errorf("RetrySchedulerBreakerOpen: expr %q for %q, want open or half-open for 15m", expr, fors["RetrySchedulerBreakerOpen"])
 	}
 }
 

@@ -79,6 +79,10 @@ type options struct {
 	ProbeStartDelay bool
 	// Note is free text stored in the JSON (what was changed for an A/B run).
 	Note string
+	// ABEnv, when set, runs each pipeline phase twice in this run: as configured (A), then
+	// with these extra service settings (B), so that a change is compared on one machine
+	// state. B's steps are named <phase>/B and stay out of the summary.
+	ABEnv []string
 }
 
 // listFlag is a repeatable string flag.
@@ -127,6 +131,8 @@ func parseConfig(args []string, stderr io.Writer) (options, error) {
 	fs.Var(env, "service-env", "extra KEY=VALUE setting of the service process (e.g. BRIDGE_WORKERS=32), repeatable")
 	fs.StringVar(&c.ResultsDir, "results-dir", "bench/results", "directory for the JSON result (\"\" = none)")
 	fs.BoolVar(&c.ProbeStartDelay, "probe-start-delay", false, "ceiling: the probe waits its delay as a workflow start delay (one workflow task) instead of a timer")
+	abEnv := &listFlag{}
+	fs.Var(abEnv, "ab-env", "run each pipeline phase again (B) with this extra KEY=VALUE service setting (e.g. BREAKERS=off), repeatable")
 	fs.StringVar(&c.Note, "note", "", "free text stored in the JSON result (what this run changed)")
 	if err := fs.Parse(args); err != nil {
 		return c, err
@@ -176,6 +182,7 @@ func parseConfig(args []string, stderr io.Writer) (options, error) {
 		}
 	}
 	c.ServiceEnv = env.vals
+	c.ABEnv = abEnv.vals
 	for _, kv := range c.ServiceEnv {
 		if !strings.Contains(kv, "=") {
 			errs = append(errs, fmt.Errorf("-service-env %q: want KEY=VALUE", kv))

@@ -18,6 +18,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"slices"
 	"syscall"
 	"time"
 
@@ -93,21 +94,21 @@ func run(ctx context.Context, c options, stdout, stderr io.Writer) int {
 		switch phase {
 		case phaseCeiling:
 			steps, err = runCeiling(ctx, c, env)
-		case phaseLadder:
-			loads := make([]load, len(c.Steps))
-			for i, r := range c.Steps {
-				loads[i] = load{rate: r, duration: c.StepDuration}
-			}
-			steps, err = runPipeline(ctx, c, env, phase, loads)
-		case phaseSustained:
-			steps, err = runPipeline(ctx, c, env, phase, []load{{rate: c.Rate, duration: c.Duration}})
-		case phaseBurst:
-			steps, err = runPipeline(ctx, c, env, phase, []load{{rate: c.BurstRate, duration: c.BurstDuration}})
+		default:
+			steps, err = runPipeline(ctx, c, env, phase, phaseLoads(c, phase))
 		}
 		rep.Steps = append(rep.Steps, steps...)
 		if err != nil {
 			env.log.Error("phase failed", "phase", phase, "error", err)
 			failed = true
+		}
+		if phase != phaseCeiling && len(c.ABEnv) > 0 && ctx.Err() == nil {
+			steps, err := runVariantB(ctx, c, env, phase)
+			rep.Steps = append(rep.Steps, steps...)
+			if err != nil {
+				env.log.Error("phase failed", "phase", phase+"/B", "error", err)
+				failed = true
+			}
 		}
 	}
 	rep.finish(ctx.Err() != nil)
@@ -128,6 +129,36 @@ func run(ctx context.Context, c options, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// phaseLoads are the loads a pipeline phase offers.
+func phaseLoads(c options, phase string) []load {
+	switch phase {
+	case phaseLadder:
+		loads := make([]load, len(c.Steps))
+		for i, r := range c.Steps {
+			loads[i] = load{rate: r, duration: c.StepDuration}
+		}
+		return loads
+	case phaseSustained:
+		return []load{{rate: c.Rate, duration: c.Duration}}
+	case phaseBurst:
+		return []load{{rate: c.BurstRate, duration: c.BurstDuration}}
+	}
+	return nil
+}
+
+// runVariantB runs a pipeline phase again with c.ABEnv added to the service's settings; its
+// steps are named <phase>/B.
+func runVariantB(ctx context.Context, c options, env *environment, phase string) ([]step, error) {
+	b := c
+	b.ServiceEnv = append(slices.Clone(c.ServiceEnv), c.ABEnv...)
+	env.log.Info("phase B", "phase", phase, "extra_service_env", c.ABEnv)
+	steps, err := runPipeline(ctx, b, env, phase, phaseLoads(c, phase))
+	for i := range steps {
+		steps[i].Phase += "/B"
+	}
+	return steps, err
 }
 
 // startServer starts a dev server of the phase's own (a fresh SQLite file in a temporary

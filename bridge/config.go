@@ -5,6 +5,8 @@ import (
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"retry-scheduler/policy"
 )
 
 // Defaults of Config.
@@ -67,6 +69,15 @@ type Config struct {
 	// itself (poison, oversize): metadata.service, metadata.service_version and the AMQP
 	// app_id. ServiceName defaults to "retry-scheduler"; ServiceVersion to none.
 	ServiceName, ServiceVersion string
+	// Breakers counts, for each accepted report of a retry (RetryCount >= 1) whose policy
+	// has a breaker, a failed republish towards its destination's breaker. Nil counts none.
+	Breakers BreakerCounter
+}
+
+// BreakerCounter counts failed republishes per destination; breaker.Counter is one. Only
+// retries count: a first failure says nothing about whether retrying helps now.
+type BreakerCounter interface {
+	Failed(queue string, settings policy.Breaker)
 }
 
 func (c Config) withDefaults() Config {

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"retry-scheduler/message"
 )
 
 // handle processes one entry and reports the outcome to the loop. The results channel has
@@ -74,11 +76,22 @@ func (s *session) process(e *entry) result {
 	r := s.conclude(d, true, OutcomeAccepted, nil)
 	if r.outcome == OutcomeAccepted {
 		b.metrics.scheduled.WithLabelValues(rep.Message.OriginalQueue).Inc()
+		b.countBreakerFailure(rep)
 		log.Info("failure report accepted", "outcome", r.outcome, "source", rep.Source)
 	} else {
 		log.Warn("failure report accepted but delivery not acked: channel gone; the broker will redeliver it", "outcome", r.outcome)
 	}
 	return r
+}
+
+// countBreakerFailure counts an accepted report of a failed retry towards its destination's
+// breaker. Counted once the delivery is acked, so a redelivery after a failed ack counts it
+// once, not twice.
+func (b *Bridge) countBreakerFailure(rep message.FailureReport) {
+	if b.cfg.Breakers == nil || rep.RetryCount < 1 || rep.Policy.Breaker.Disabled {
+		return
+	}
+	b.cfg.Breakers.Failed(rep.Message.OriginalQueue, rep.Policy.Breaker)
 }
 
 // reportFailure is what a failed report means; judge tells.

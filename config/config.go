@@ -21,6 +21,7 @@ import (
 
 	"go.temporal.io/sdk/client"
 
+	"retry-scheduler/breaker"
 	"retry-scheduler/bridge"
 	"retry-scheduler/broker"
 	"retry-scheduler/policy"
@@ -33,6 +34,12 @@ const (
 	ModeAll    = "all"
 	ModeWorker = "worker"
 	ModeBridge = "bridge"
+)
+
+// Values of Breakers.
+const (
+	BreakersOn  = "on"
+	BreakersOff = "off"
 )
 
 // Values of APIAuth.
@@ -139,6 +146,18 @@ type Config struct {
 	// QueueType is the type of the queues this service declares: broker.QueueTypeClassic or
 	// broker.QueueTypeQuorum. Env QUEUE_TYPE, flag -queue-type. Defaults to classic.
 	QueueType string
+	// Breakers turns the per-destination circuit breakers on or off (BreakersOn,
+	// BreakersOff): off, no retry is held and none is counted, whatever the policies say.
+	// Env BREAKERS, flag -breakers. Defaults to on.
+	Breakers string
+	// BreakerRefresh is how often a worker lists the breakers that hold: how late, at most,
+	// it learns that one opened. Env BREAKER_REFRESH, flag -breaker-refresh. Defaults to
+	// breaker.DefaultRefresh.
+	BreakerRefresh time.Duration
+	// BreakerFlush is how often a process reports its republishes and failures to their
+	// destinations' breakers, one signal per destination with something to report. Env
+	// BREAKER_FLUSH, flag -breaker-flush. Defaults to breaker.DefaultFlush.
+	BreakerFlush time.Duration
 
 	// Operators' API (ops/README.md).
 
@@ -250,6 +269,9 @@ func Default() Config {
 		LogLevel:          DefaultLogLevel,
 		MetricsInterval:   DefaultMetricsInterval,
 		QueueType:         broker.QueueTypeClassic,
+		Breakers:          BreakersOn,
+		BreakerRefresh:    breaker.DefaultRefresh,
+		BreakerFlush:      breaker.DefaultFlush,
 		APIAuth:           APIAuthTokens,
 		ReplayRate:        DefaultReplayRate,
 		TemporalTLS:       TLSAuto,
@@ -369,6 +391,9 @@ func Usage(w io.Writer) {
 		fmt.Fprintf(w, "\n    \t%s (default %q)\n", s.usage, s.value.String())
 	}
 }
+
+// BreakersEnabled reports whether the per-destination circuit breakers are on.
+func (c Config) BreakersEnabled() bool { return c.Breakers == BreakersOn }
 
 // NewLogger is the service's logger: JSON lines to w, at LogLevel. The mains build it once and
 // inject it everywhere.

@@ -3,6 +3,7 @@ package config
 import (
 	"bytes"
 	"flag"
+	"retry-scheduler/breaker"
 	"retry-scheduler/bridge"
 	"retry-scheduler/broker"
 	"retry-scheduler/policy"
@@ -57,6 +58,9 @@ func TestDefaults(t *testing.T) {
 		LogLevel:          "info",
 		MetricsInterval:   15 * time.Second,
 		QueueType:         "classic",
+		Breakers:          "on",
+		BreakerRefresh:    500 * time.Millisecond,
+		BreakerFlush:      time.Second,
 		APIAuth:           "tokens",
 		ReplayRate:        20,
 		TemporalTLS:       "auto",
@@ -107,6 +111,9 @@ func TestEnvAndFlags(t *testing.T) {
 		{"LOG_LEVEL", "DEBUG", "log-level", "warn", func(c Config) any { return c.LogLevel }, "debug", "warn"},
 		{"METRICS_INTERVAL", "30s", "metrics-interval", "1m", func(c Config) any { return c.MetricsInterval }, 30 * time.Second, time.Minute},
 		{"QUEUE_TYPE", "quorum", "queue-type", "classic", func(c Config) any { return c.QueueType }, "quorum", "classic"},
+		{"BREAKERS", "OFF", "breakers", "on", func(c Config) any { return [2]any{c.Breakers, c.BreakersEnabled()} }, [2]any{"off", false}, [2]any{"on", true}},
+		{"BREAKER_REFRESH", "2s", "breaker-refresh", "250ms", func(c Config) any { return c.BreakerRefresh }, 2 * time.Second, 250 * time.Millisecond},
+		{"BREAKER_FLUSH", "5s", "breaker-flush", "100ms", func(c Config) any { return c.BreakerFlush }, 5 * time.Second, 100 * time.Millisecond},
 		{"API_TOKENS", "a:viewer=0123456789abcdef", "api-tokens", "b:admin=fedcba9876543210", func(c Config) any { return c.APITokens.Reveal() }, "a:viewer=0123456789abcdef", "b:admin=fedcba9876543210"},
 		{"API_TOKENS_FILE", "/etc/tokens", "api-tokens-file", "./tokens", func(c Config) any { return c.APITokensFile }, "/etc/tokens", "./tokens"},
 		{"API_AUTH", "OFF", "api-auth", "tokens", func(c Config) any { return c.APIAuth }, "off", "tokens"},
@@ -223,6 +230,9 @@ func TestRefusals(t *testing.T) {
 		{"empty service", []string{"-service-name", ""}, nil, `SERVICE_NAME: must not be empty`},
 		{"log level", nil, []string{"LOG_LEVEL", "verbose"}, `LOG_LEVEL: unknown level "verbose"`},
 		{"queue type", nil, []string{"QUEUE_TYPE", "stream"}, `QUEUE_TYPE: unknown queue type "stream"`},
+		{"breakers", nil, []string{"BREAKERS", "maybe"}, `BREAKERS: unknown value "maybe" (want on or off)`},
+		{"breaker refresh zero", nil, []string{"BREAKER_REFRESH", "0s"}, `BREAKER_REFRESH (0s) must be above 0`},
+		{"breaker flush negative", []string{"-breaker-flush", "-1s"}, nil, `BREAKER_FLUSH (-1s) must be above 0`},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			_, err := Load(tt.args, env(tt.env...))
@@ -350,6 +360,8 @@ func TestDefaultsReferenceTheirHomes(t *testing.T) {
 	assert.Equal(t, workflows.DefaultRetention, d.Retention)
 	assert.Equal(t, worker.DefaultWorkflowPollers, d.WorkflowPollers)
 	assert.Equal(t, broker.QueueTypeClassic, d.QueueType)
+	assert.Equal(t, breaker.DefaultRefresh, d.BreakerRefresh)
+	assert.Equal(t, breaker.DefaultFlush, d.BreakerFlush)
 }
 
 func TestNewLogger(t *testing.T) {

@@ -112,6 +112,17 @@ func (c Config) Validate() error {
 	default:
 		bad("QUEUE_TYPE: unknown queue type %q (want classic or quorum)", c.QueueType)
 	}
+	switch c.Breakers {
+	case BreakersOn, BreakersOff:
+	default:
+		bad("BREAKERS: unknown value %q (want on or off)", c.Breakers)
+	}
+	if c.BreakerRefresh <= 0 {
+		bad("BREAKER_REFRESH (%s) must be above 0", c.BreakerRefresh)
+	}
+	if c.BreakerFlush <= 0 {
+		bad("BREAKER_FLUSH (%s) must be above 0", c.BreakerFlush)
+	}
 	switch c.APIAuth {
 	case APIAuthTokens, APIAuthOff:
 	default:

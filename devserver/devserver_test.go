@@ -21,7 +21,7 @@ func TestSearchAttributeFlags(t *testing.T) {
 	for _, want := range []string{
 		"RetryStatus=Keyword", "OriginalQueue=Keyword", "RetryCount=Int",
 		"NextRetryTime=Datetime", "ErrorCategory=Keyword", "RetryPolicy=Keyword",
-		"TenantId=Keyword", "DeadAt=Datetime",
+		"TenantId=Keyword", "DeadAt=Datetime", "EventType=Keyword", "BreakerState=Keyword",
 	} {
 		assert.Contains(t, flags, want)
 	}

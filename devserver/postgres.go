@@ -679,8 +679,19 @@ func (s *Server) pgReady(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("devserver: the search attributes are not usable yet: %w", err)
 	}
+	// The frontend answers before the history service has joined the membership ring (after
+	// a restart, until the old run's entries expire): describing a workflow that never
+	// exists reaches history, and NotFound says it serves.
+	_, err = c.DescribeWorkflow(ctx, historyProbeWorkflowID, "")
+	var notFound *serviceerror.NotFound
+	if err != nil && !errors.As(err, &notFound) {
+		return fmt.Errorf("devserver: the history service does not serve yet: %w", err)
+	}
 	return nil
 }
+
+// historyProbeWorkflowID names a workflow that never exists (pgReady's history check).
+const historyProbeWorkflowID = "devserver-probe/never-started"
 
 // ensureNamespace registers the namespace with the retention when it does not exist.
 func ensureNamespace(ctx context.Context, ws workflowservice.WorkflowServiceClient, ns string, retention time.Duration) error {

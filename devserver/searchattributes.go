@@ -19,6 +19,7 @@ var SearchAttributeKeys = []temporal.SearchAttributeKey{
 	workflows.SATenant,
 	workflows.SADeadAt,
 	workflows.SAEventType,
+	workflows.SABreakerState,
 }
 
 // cliTypes maps value types to the names `temporal` accepts.

@@ -308,7 +308,7 @@ func TestOpsBrowserSeed003Views(t *testing.T) {
 	p.until("the retry-matching progress line", `document.querySelector("#progress").textContent.includes("Retry all matching complete")`)
 	assert.Equal(t, "Retry all matching complete: 2/2 succeeded.", p.text("#progress"))
 	p.mu.Lock()
-	assert.Contains(t, p.dialogs, "Retry 2 scheduled retr(ies) matching the filter now, on every page?")
+	assert.Contains(t, p.dialogs, "Retry 2 scheduled or held retr(ies) matching the filter now, on every page?")
 	p.mu.Unlock()
 	for _, id := range sch {
 		assert.NotEqual(t, workflows.StatusScheduled, s.retryStatus(id), id)
@@ -323,4 +323,75 @@ func TestOpsBrowserSeed003Views(t *testing.T) {
 	assert.Equal(t, "2", p.text(drow+" td.attempts"), "the original delivery and one retry")
 	assert.NotEmpty(t, p.attr(drow+" td.when", "title"))
 	assert.Contains(t, p.attr(drow+" a.view-log", "href"), uiBase+"/namespaces/"+url.PathEscape(s.temporal.Namespace)+"/workflows/"+url.PathEscape(delivered)+"/")
+}
+
+func breakerRowSel(queue string) string {
+	b, _ := json.Marshal(queue)
+	return fmt.Sprintf(`#br-table tbody tr[data-queue=%s]`, b)
+}
+
+// jsText is a JavaScript expression: the trimmed text of sel ("" when absent).
+func jsText(sel string) string {
+	b, _ := json.Marshal(sel)
+	return fmt.Sprintf(`((document.querySelector(%s) || {textContent: ""}).textContent.trim())`, b)
+}
+
+// The Destinations section: pause a destination from the page, see its breaker paused and a
+// retry due for it held (in the retry queue and in the breaker's held count), resume it from
+// the page, and the held retry goes out and is delivered.
+func TestOpsBrowserBreakers(t *testing.T) {
+	ctx := browser(t)
+	s := newStack(t)
+	api := s.runWithOps()
+	q := s.queue(s.prefix+".orders", nil)
+	p := &pageDriver{t: t, ctx: ctx}
+	p.acceptDialogs()
+
+	p.do(
+		chromedp.Navigate(api.base+"/"),
+		chromedp.WaitVisible(chromedp.CSS("#token-input")),
+		chromedp.SendKeys(chromedp.CSS("#token-input"), opToken),
+		chromedp.Click(chromedp.CSS("#sign-in")),
+		chromedp.WaitVisible(chromedp.CSS("#destinations")),
+	)
+	p.until("no breakers yet", `!document.querySelector("#br-empty").hidden`)
+
+	// Pause by name: the breaker starts paused.
+	p.setValue("#br-pause-form [name=queue]", q)
+	p.setValue("#br-pause-form [name=reason]", "payments deploy")
+	p.do(chromedp.Click(chromedp.CSS("#br-pause")))
+	row := breakerRowSel(q)
+	p.until("the paused breaker of "+q, jsText(row+" td.state")+` === "paused"`)
+	assert.Contains(t, p.text("#progress"), "Paused "+q)
+	assert.Equal(t, "paused by op: payments deploy", p.attr(row+" td.state", "title"))
+	p.mu.Lock()
+	assert.Contains(t, p.dialogs, "Pause "+q+"? Its due retries are held until it is resumed.")
+	p.mu.Unlock()
+
+	// A failure on the paused destination: its retry is due, and held.
+	s.publishRetry(message.RetryMessage{MessageID: "held-1", OriginalPayload: []byte("h"), OriginalQueue: q, ErrorReason: "503"})
+	id := message.WorkflowID(q, "held-1")
+	p.until("the held retry "+id, rowExpr("#rq-table", id)+" && "+jsText(rowSel("#rq-table", id)+" td.status")+` === "held"`)
+	p.until("the held count of "+q, jsText(row+" td.held")+` === "1"`)
+	p.setValue("#rq-filters [name=status]", "held")
+	p.do(chromedp.Click(chromedp.CSS(`#rq-filters button[type=submit]`)))
+	p.until("the held filter", rowExpr("#rq-table", id))
+	st, err := s.state(id)
+	require.NoError(t, err)
+	assert.Equal(t, workflows.StatusHeld, st.Status)
+
+	// Resume from the row: closed, and the held retry is released and delivered.
+	p.do(chromedp.Click(chromedp.CSS(row + ` td.actions button:nth-child(1)`)))
+	p.until("the resumed breaker of "+q, jsText(row+" td.state")+` === "closed"`)
+	p.mu.Lock()
+	assert.Contains(t, p.dialogs, "Resume "+q+"? Its held retries are released at the release rate.")
+	p.mu.Unlock()
+	require.Equal(t, workflows.StatusDelivered, s.workflowResult(id, 90*time.Second).Status)
+	p.until("the held count back to 0", jsText(row+" td.held")+` === "0"`)
+	bst, err := s.breakerState(q)
+	require.NoError(t, err)
+	require.NotEmpty(t, bst.Events)
+	last := bst.Events[len(bst.Events)-1]
+	assert.Equal(t, workflows.BreakerClosed, last.To)
+	assert.Equal(t, "op", last.Actor, "the resume is audited with the token's name")
 }

@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"math"
 	"net/http"
+	"net/url"
 	"regexp"
 	"sort"
 	"strconv"
@@ -183,6 +184,74 @@ func TestMetricsAfterScriptedRun(t *testing.T) {
 	t.Logf("metric families on /metrics besides go_*, process_*:\n%s", strings.Join(own, "\n"))
 
 	checkSchedulingLogs(t, logs.String())
+}
+
+// A destination's breaker in the scrape: its state and its held retries follow visibility
+// (the depth poller), and each transition counts once.
+func TestBreakerMetricsFollowAPauseAndResume(t *testing.T) {
+	s := newStack(t)
+	s.cfg.MetricsInterval = 200 * time.Millisecond
+	api := s.runWithOps()
+	q := s.queue(s.prefix+".orders", nil) // e2e-fast: a retry 300 ms after each failure
+	s.consume(q, nil)
+	metricsURL := "http://" + s.cfg.HTTPAddr + "/metrics"
+	breaker := "/api/breakers/" + url.PathEscape(q)
+
+	api.must(200, opToken, "POST", breaker+"/pause", map[string]any{"reason": "metrics under a pause"})
+	s.publishRetry(message.RetryMessage{MessageID: "held-1", OriginalPayload: []byte("h"), OriginalQueue: q, ErrorReason: "503"})
+	id := message.WorkflowID(q, "held-1")
+	eventually(t, 30*time.Second, func() error {
+		if st := s.retryStatus(id); st != workflows.StatusHeld {
+			return fmt.Errorf("RetryStatus %q", st)
+		}
+		return nil
+	})
+	last := waitSeries(t, metricsURL, map[string]float64{
+		series("breaker_state", "queue", q, "state", "paused"):          1,
+		series("breaker_state", "queue", q, "state", "closed"):          0,
+		series("retries_held", "queue", q):                              1,
+		series("breaker_transitions_total", "queue", q, "to", "paused"): 1,
+	})
+	for name, typ := range map[string]string{"breaker_state": "gauge", "retries_held": "gauge", "breaker_transitions_total": "counter"} {
+		assert.Equal(t, typ, last.types[name], name)
+	}
+
+	api.must(200, opToken, "POST", breaker+"/resume", map[string]any{"reason": "metrics after a resume"})
+	require.Equal(t, workflows.StatusDelivered, s.workflowResult(id, 60*time.Second).Status)
+	waitSeries(t, metricsURL, map[string]float64{
+		series("breaker_state", "queue", q, "state", "paused"):          0,
+		series("breaker_state", "queue", q, "state", "closed"):          1,
+		series("retries_held", "queue", q):                              0,
+		series("breaker_transitions_total", "queue", q, "to", "paused"): 1,
+		series("breaker_transitions_total", "queue", q, "to", "closed"): 1,
+	})
+}
+
+// waitSeries scrapes until every series in want has its value (gauges and counters alike,
+// absent is 0), or a minute passes, and asserts them; it returns the last scrape. SDK
+// metrics reach the registry through tally once a second, the gauges on the next poll.
+func waitSeries(t *testing.T, url string, want map[string]float64) scraped {
+	t.Helper()
+	var last scraped
+	got := map[string]float64{}
+	deadline := time.Now().Add(60 * time.Second)
+	for time.Now().Before(deadline) {
+		m, err := scrape(url)
+		if err != nil {
+			time.Sleep(100 * time.Millisecond)
+			continue
+		}
+		last = m
+		for k := range want {
+			got[k] = m.value(k)
+		}
+		if fmt.Sprint(got) == fmt.Sprint(want) {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	assert.Equal(t, want, got)
+	return last
 }
 
 // checkSchedulingLogs: every scheduling action of the run is one JSON line with the message

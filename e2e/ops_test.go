@@ -277,7 +277,7 @@ func TestOpsAPI(t *testing.T) {
 		out := api.must(409, opToken, "POST", msgPath(d[5])+"/skip", map[string]string{"reason": "try"})
 		assert.Less(t, time.Since(start), 3*time.Second, "answered from the validator, not by polling")
 		assert.Equal(t, "dead", out["current_status"])
-		assert.Equal(t, fmt.Sprintf("message %q: the message is dead: skip is allowed only while scheduled", d[5]), out["error"])
+		assert.Equal(t, fmt.Sprintf("message %q: the message is dead: skip is allowed only while scheduled or held", d[5]), out["error"])
 		after, err := s.state(d[5])
 		require.NoError(t, err)
 		assert.Len(t, after.Events, len(before.Events), "a rejected update is not an event of the run")

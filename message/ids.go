@@ -81,3 +81,17 @@ func MessageIDOrFallback(id, originalQueue string, payload []byte) string {
 	}
 	return id
 }
+
+// breakerIDPrefix starts the workflow ID of a destination's breaker.
+const breakerIDPrefix = "breaker/"
+
+// BreakerWorkflowID is the one breaker workflow of a destination (an original queue):
+// breaker/<queue>, or breaker/sha256-<64 hex> when longer than MaxWorkflowIDLen.
+func BreakerWorkflowID(queue string) string {
+	id := breakerIDPrefix + queue
+	if len(id) <= MaxWorkflowIDLen {
+		return id
+	}
+	sum := sha256.Sum256([]byte(queue))
+	return breakerIDPrefix + "sha256-" + hex.EncodeToString(sum[:])
+}

@@ -5,11 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	workflowpb "go.temporal.io/api/workflow/v1"
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/converter"
+	"go.temporal.io/sdk/temporal"
 
 	"retry-scheduler/metrics/promreg"
 	"retry-scheduler/visibility"
@@ -82,9 +85,12 @@ type DepthPoller struct {
 
 	depth, due, deadDepth, oldestAge, lastSuccess prometheus.Gauge
 	errors                                        prometheus.Counter
+	breakerState, held                            *prometheus.GaugeVec
 
 	// oldest is the DeadAt of the oldest dead letter at the last poll; zero when none.
 	oldest time.Time
+	// heldBy is the held count of each destination with a breaker at the last poll.
+	heldBy map[string]int64
 }
 
 // NewDepthPoller registers the gauges on reg and returns the poller; Run it.
@@ -95,7 +101,11 @@ func NewDepthPoller(cfg DepthConfig, reg prometheus.Registerer) *DepthPoller {
 	}
 	return &DepthPoller{
 		cfg: cfg,
-		vis: &temporalVisibility{client: cfg.Client, base: visibility.RetryWorkflows(visibility.Running, cfg.TaskQueue)},
+		vis: &temporalVisibility{
+			client:      cfg.Client,
+			base:        visibility.RetryWorkflows(visibility.Running, cfg.TaskQueue),
+			breakerBase: visibility.BreakerWorkflows(visibility.Running, cfg.TaskQueue),
+		},
 		depth: gauge("retry_queue_depth",
 			"Messages waiting for a retry: RetryWorkflows scheduled, republishing or awaiting-outcome, from visibility counts."),
 		due: gauge("retry_due",
@@ -110,6 +120,15 @@ func NewDepthPoller(cfg DepthConfig, reg prometheus.Registerer) *DepthPoller {
 			Name: "depth_poll_errors_total",
 			Help: "Depth polls with a failed visibility query (the gauges keep their last values).",
 		})),
+		breakerState: promreg.Register(reg, prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "breaker_state",
+			Help: "State of each destination's circuit breaker: 1 for its current state (closed, open, half-open, paused), 0 for the others, from visibility.",
+		}, []string{"queue", "state"})),
+		held: promreg.Register(reg, prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "retries_held",
+			Help: "Retries held by their destination's circuit breaker (RetryStatus held), by destination, from visibility counts.",
+		}, []string{"queue"})),
+		heldBy: map[string]int64{},
 	}
 }
 
@@ -162,6 +181,7 @@ func (p *DepthPoller) Poll(ctx context.Context) error {
 			p.oldestAge.Set(max(now.Sub(oldest), 0).Seconds())
 		}
 	}
+	errs = append(errs, p.pollBreakers(ctx)...)
 	if len(errs) > 0 {
 		if parent.Err() == nil {
 			p.errors.Inc()
@@ -170,6 +190,59 @@ func (p *DepthPoller) Poll(ctx context.Context) error {
 	}
 	p.lastSuccess.Set(float64(now.UnixNano()) / 1e9)
 	return nil
+}
+
+// breakerModes are every state a breaker_state series is exported for.
+var breakerModes = append([]workflows.BreakerMode{workflows.BreakerClosed}, visibility.HoldingBreakerModes...)
+
+// pollBreakers sets breaker_state from the list of running breakers, and retries_held by
+// counting the held retries of each destination whose breaker holds or that had held ones at
+// the last poll (a breaker that closed releases them over a while): one count per such
+// destination, none for the closed rest, which hold none. Series of destinations whose
+// breaker is gone are removed.
+func (p *DepthPoller) pollBreakers(ctx context.Context) []error {
+	rows, err := p.vis.breakers(ctx)
+	if err != nil {
+		return []error{fmt.Errorf("list breakers: %w", err)}
+	}
+	var errs []error
+	seen := make(map[string]bool, len(rows))
+	for _, r := range rows {
+		if r.queue == "" || !slices.Contains(breakerModes, r.mode) || seen[r.queue] {
+			continue
+		}
+		seen[r.queue] = true
+		for _, m := range breakerModes {
+			p.breakerState.WithLabelValues(r.queue, string(m)).Set(boolGauge(m == r.mode))
+		}
+		n := int64(0)
+		if r.mode.Holds() || p.heldBy[r.queue] > 0 {
+			if n, err = p.vis.count(ctx, filter{statuses: heldStatuses, queue: r.queue}); err != nil {
+				errs = append(errs, fmt.Errorf("count held retries of %q: %w", r.queue, err))
+				continue // its gauge keeps its last value
+			}
+		}
+		p.heldBy[r.queue] = n
+		p.held.WithLabelValues(r.queue).Set(float64(n))
+	}
+	for q := range p.heldBy {
+		if !seen[q] {
+			delete(p.heldBy, q)
+			p.held.DeleteLabelValues(q)
+			p.breakerState.DeletePartialMatch(prometheus.Labels{"queue": q})
+		}
+	}
+	return errs
+}
+
+// heldStatuses are the statuses retries_held counts.
+var heldStatuses = []workflows.Status{workflows.StatusHeld}
+
+func boolGauge(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // Bounds of the search for the oldest dead letter.
@@ -268,15 +341,25 @@ func (p *DepthPoller) oldestDeadAt(ctx context.Context, now time.Time, dead int6
 // filter selects RetryWorkflows; zero fields select everything.
 type filter struct {
 	statuses []workflows.Status
+	// queue selects one OriginalQueue.
+	queue string
 	// nextRetryBy selects NextRetryTime <= it; deadBy selects DeadAt <= it (both to the
 	// millisecond, the precision visibility stores).
 	nextRetryBy, deadBy time.Time
 }
 
-// counter is the poller's view of Temporal: counts and DeadAt values by filter.
+// breakerRow is one running breaker: its destination and state.
+type breakerRow struct {
+	queue string
+	mode  workflows.BreakerMode
+}
+
+// counter is the poller's view of Temporal: counts and DeadAt values by filter, and the
+// running breakers.
 type counter interface {
 	count(ctx context.Context, f filter) (int64, error)
 	deadAts(ctx context.Context, f filter, limit int) ([]time.Time, error)
+	breakers(ctx context.Context) ([]breakerRow, error)
 }
 
 // temporalVisibility renders filters as visibility queries.
@@ -285,11 +368,14 @@ type temporalVisibility struct {
 	// base selects the running RetryWorkflows of the task queue: a terminated workflow keeps
 	// the RetryStatus it had, so only running ones count.
 	base visibility.Query
+	// breakerBase selects the running BreakerWorkflows of the task queue.
+	breakerBase visibility.Query
 }
 
 // query is f within base. Both time bounds are "at or before, to the millisecond".
 func (f filter) query(base visibility.Query) string {
 	return base.Statuses(f.statuses...).
+		Equal(workflows.SAOriginalQueue, f.queue).
 		AtOrBeforeMilli(workflows.SANextRetryTime, f.nextRetryBy).
 		AtOrBeforeMilli(workflows.SADeadAt, f.deadBy).
 		String()
@@ -324,4 +410,42 @@ func (v *temporalVisibility) deadAts(ctx context.Context, f filter, limit int) (
 		out = append(out, t)
 	}
 	return out, nil
+}
+
+// breakerPageSize is the most breakers one list call returns; listBreakerPages bounds the
+// pages of one poll.
+const (
+	breakerPageSize  = 1000
+	listBreakerPages = 100
+)
+
+func (v *temporalVisibility) breakers(ctx context.Context) ([]breakerRow, error) {
+	q := v.breakerBase.String()
+	var rows []breakerRow
+	var token []byte
+	for range listBreakerPages {
+		resp, err := v.client.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{Query: q, PageSize: breakerPageSize, NextPageToken: token})
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", q, err)
+		}
+		for _, e := range resp.GetExecutions() {
+			rows = append(rows, breakerRow{
+				queue: keyword(e, workflows.SAOriginalQueue),
+				mode:  workflows.BreakerMode(keyword(e, workflows.SABreakerState)),
+			})
+		}
+		if token = resp.GetNextPageToken(); len(token) == 0 {
+			return rows, nil
+		}
+	}
+	return nil, fmt.Errorf("%s: more than %d pages", q, listBreakerPages)
+}
+
+// keyword is a Keyword search attribute of e; "" when unset or unreadable.
+func keyword(e *workflowpb.WorkflowExecutionInfo, key temporal.SearchAttributeKeyKeyword) string {
+	var v string
+	if p, ok := e.GetSearchAttributes().GetIndexedFields()[key.GetName()]; ok {
+		_ = converter.GetDefaultDataConverter().FromPayload(p, &v)
+	}
+	return v
 }

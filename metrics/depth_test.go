@@ -25,6 +25,7 @@ import (
 // entry is one RetryWorkflow as the fake visibility store holds it.
 type entry struct {
 	status         workflows.Status
+	queue          string
 	next, deadAt   time.Time
 	closed         bool
 	otherTaskQueue bool
@@ -32,11 +33,12 @@ type entry struct {
 
 // fakeVis answers filters over entries with the store's millisecond precision.
 type fakeVis struct {
-	mu      sync.Mutex
-	entries []entry
-	err     error
-	counts  int
-	lists   int
+	mu          sync.Mutex
+	entries     []entry
+	breakerRows []breakerRow
+	err         error
+	counts      int
+	lists       int
 }
 
 func (f *fakeVis) match(e entry, flt filter) bool {
@@ -45,6 +47,9 @@ func (f *fakeVis) match(e entry, flt filter) bool {
 		return false
 	}
 	if len(flt.statuses) > 0 && !slices.Contains(flt.statuses, e.status) {
+		return false
+	}
+	if flt.queue != "" && e.queue != flt.queue {
 		return false
 	}
 	if !flt.nextRetryBy.IsZero() && (e.next.IsZero() || ms(e.next).After(ms(flt.nextRetryBy))) {
@@ -86,6 +91,15 @@ func (f *fakeVis) deadAts(_ context.Context, flt filter, limit int) ([]time.Time
 		}
 	}
 	return out, nil
+}
+
+func (f *fakeVis) breakers(context.Context) ([]breakerRow, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.err != nil {
+		return nil, f.err
+	}
+	return slices.Clone(f.breakerRows), nil
 }
 
 func (f *fakeVis) calls() (counts, lists int) {
@@ -252,8 +266,10 @@ func TestQueries(t *testing.T) {
 	base := visibility.RetryWorkflows(visibility.Running, "rs-prod")
 	b := `WorkflowType = 'RetryWorkflow' AND ExecutionStatus = 'Running' AND TaskQueue = 'rs-prod'`
 	now := time.Date(2026, 3, 1, 12, 0, 0, 500_000_000, time.FixedZone("CET", 3600))
-	assert.Equal(t, b+` AND RetryStatus IN ('scheduled', 'republishing', 'awaiting-outcome')`,
+	assert.Equal(t, b+` AND RetryStatus IN ('scheduled', 'held', 'republishing', 'awaiting-outcome')`,
 		filter{statuses: visibility.RetryQueueStatuses}.query(base))
+	assert.Equal(t, b+` AND RetryStatus = 'held' AND OriginalQueue = 'it\'s'`,
+		filter{statuses: heldStatuses, queue: "it's"}.query(base))
 	assert.Equal(t, b+` AND RetryStatus = 'scheduled' AND NextRetryTime <= '2026-03-01T11:00:00.5005Z'`,
 		filter{statuses: []workflows.Status{workflows.StatusScheduled}, nextRetryBy: now}.query(base))
 	assert.Equal(t, b+` AND RetryStatus = 'dead' AND DeadAt <= '2026-03-01T11:00:00.0005Z'`,
@@ -307,4 +323,117 @@ func TestNilLoggerDiscards(t *testing.T) {
 	require.NotNil(t, p.cfg.Logger)
 	assert.NotSame(t, slog.Default(), p.cfg.Logger)
 	assert.False(t, p.cfg.Logger.Enabled(context.Background(), slog.LevelError))
+}
+
+// breakerGauges is every breaker_state and retries_held series, as "name{labels}" → value.
+func breakerGauges(t *testing.T, reg *prometheus.Registry) map[string]float64 {
+	t.Helper()
+	out := map[string]float64{}
+	fams := families(t, reg)
+	for _, name := range []string{"breaker_state", "retries_held"} {
+		for _, m := range fams[name].GetMetric() {
+			key := name + "{"
+			for i, l := range m.GetLabel() {
+				if i > 0 {
+					key += ","
+				}
+				key += l.GetName() + "=" + l.GetValue()
+			}
+			out[key+"}"] = m.GetGauge().GetValue()
+		}
+	}
+	return out
+}
+
+// breaker_state has one series per state of each destination's breaker, 1 for its current
+// one; retries_held counts held retries where a breaker holds, or held some at the last
+// poll; a destination whose breaker is gone loses its series.
+func TestPollBreakerGauges(t *testing.T) {
+	held := func(q string) entry { return entry{status: workflows.StatusHeld, queue: q} }
+	vis := &fakeVis{
+		entries: []entry{held("orders"), held("orders"), held("payments"), {status: workflows.StatusScheduled, queue: "orders"},
+			{status: workflows.StatusHeld, queue: "orders", closed: true}},
+		breakerRows: []breakerRow{
+			{queue: "orders", mode: workflows.BreakerOpen},
+			{queue: "payments", mode: workflows.BreakerPaused},
+			{queue: "audit", mode: workflows.BreakerClosed},
+			{queue: "", mode: workflows.BreakerOpen},       // no queue yet: skipped
+			{queue: "odd", mode: "sideways"},               // not a state: skipped
+			{queue: "orders", mode: workflows.BreakerOpen}, // listed twice by paging
+		},
+	}
+	p, reg := newTestPoller(t, vis, 100)
+	require.NoError(t, p.Poll(context.Background()))
+	counts, _ := vis.calls()
+	assert.Equal(t, 3+2, counts, "the three depth counts (no dead letters), and one held count per breaker that holds")
+	assert.Equal(t, map[string]float64{
+		"breaker_state{queue=audit,state=closed}":       1,
+		"breaker_state{queue=audit,state=half-open}":    0,
+		"breaker_state{queue=audit,state=open}":         0,
+		"breaker_state{queue=audit,state=paused}":       0,
+		"breaker_state{queue=orders,state=closed}":      0,
+		"breaker_state{queue=orders,state=half-open}":   0,
+		"breaker_state{queue=orders,state=open}":        1,
+		"breaker_state{queue=orders,state=paused}":      0,
+		"breaker_state{queue=payments,state=closed}":    0,
+		"breaker_state{queue=payments,state=half-open}": 0,
+		"breaker_state{queue=payments,state=open}":      0,
+		"breaker_state{queue=payments,state=paused}":    1,
+		"retries_held{queue=audit}":                     0,
+		"retries_held{queue=orders}":                    2,
+		"retries_held{queue=payments}":                  1,
+	}, breakerGauges(t, reg))
+	assert.Equal(t, 4.0, value(t, p.depth), "held retries are in the retry queue")
+
+	// orders closes and releases one; payments' breaker is gone.
+	vis.entries = vis.entries[1:]
+	vis.breakerRows = []breakerRow{{queue: "orders", mode: workflows.BreakerClosed}, {queue: "audit", mode: workflows.BreakerClosed}}
+	require.NoError(t, p.Poll(context.Background()))
+	g := breakerGauges(t, reg)
+	assert.Equal(t, 1.0, g["retries_held{queue=orders}"], "closed, still releasing: counted")
+	assert.Equal(t, 1.0, g["breaker_state{queue=orders,state=closed}"])
+	assert.Equal(t, 0.0, g["breaker_state{queue=orders,state=open}"])
+	assert.NotContains(t, g, "retries_held{queue=payments}")
+	assert.NotContains(t, g, "breaker_state{queue=payments,state=paused}")
+	assert.Len(t, g, 2*4+2)
+
+	// Released: counted once more at 0, then no more counts for a closed breaker.
+	vis.entries = vis.entries[1:]
+	require.NoError(t, p.Poll(context.Background()))
+	assert.Equal(t, 0.0, breakerGauges(t, reg)["retries_held{queue=orders}"])
+	vis.calls()
+	require.NoError(t, p.Poll(context.Background()))
+	counts, _ = vis.calls()
+	assert.Equal(t, 3, counts, "closed breakers holding none: no held counts")
+}
+
+// A failed list of breakers fails the poll and keeps the breaker gauges.
+func TestPollBreakerListFails(t *testing.T) {
+	vis := &fakeVis{breakerRows: []breakerRow{{queue: "orders", mode: workflows.BreakerOpen}}, entries: []entry{{status: workflows.StatusHeld, queue: "orders"}}}
+	p, reg := newTestPoller(t, vis, 100)
+	require.NoError(t, p.Poll(context.Background()))
+	before := breakerGauges(t, reg)
+	vis.err = errors.New("visibility unavailable")
+	require.ErrorContains(t, p.Poll(context.Background()), "list breakers")
+	assert.Equal(t, before, breakerGauges(t, reg))
+	assert.Equal(t, 1.0, value(t, p.errors))
+}
+
+func TestTemporalVisibilityBreakers(t *testing.T) {
+	kw := func(v string) *commonpb.Payload {
+		p, err := converter.GetDefaultDataConverter().ToPayload(v)
+		require.NoError(t, err)
+		return p
+	}
+	fc := &fakeClient{execs: []*workflowpb.WorkflowExecutionInfo{
+		{SearchAttributes: &commonpb.SearchAttributes{IndexedFields: map[string]*commonpb.Payload{
+			"OriginalQueue": kw("orders"), "BreakerState": kw("half-open"),
+		}}},
+		{SearchAttributes: &commonpb.SearchAttributes{}},
+	}}
+	v := &temporalVisibility{client: fc, breakerBase: visibility.BreakerWorkflows(visibility.Running, "rs")}
+	rows, err := v.breakers(context.Background())
+	require.NoError(t, err)
+	assert.Equal(t, []breakerRow{{queue: "orders", mode: workflows.BreakerHalfOpen}, {}}, rows)
+	assert.Equal(t, []string{`WorkflowType = 'BreakerWorkflow' AND ExecutionStatus = 'Running' AND TaskQueue = 'rs'`}, fc.queries)
 }

@@ -23,9 +23,9 @@ func NewRegistry() *prometheus.Registry {
 	return reg
 }
 
-// TemporalHandler reports the SDK's metrics to reg through tally, and RetryWorkflow's own
-// replay-safe counters (retries_scheduled_total, retries_exhausted_total) to plain collectors
-// on reg. Close the returned closer on shutdown to flush.
+// TemporalHandler reports the SDK's metrics to reg through tally, and the workflows' own
+// replay-safe counters (retries_scheduled_total, retries_exhausted_total,
+// breaker_transitions_total) to plain collectors on reg. Close the returned closer on shutdown to flush.
 func TemporalHandler(reg *prometheus.Registry, onError func(error)) (sdkmetrics.MetricsHandler, io.Closer) {
 	// NewReporter, not Configuration.NewReporter: the latter also registers /metrics on
 	// http.DefaultServeMux, a hidden global that panics on the second call in one process.

@@ -1,6 +1,8 @@
 package metrics
 
 import (
+	"maps"
+
 	"github.com/prometheus/client_golang/prometheus"
 	sdkmetrics "go.temporal.io/sdk/client"
 
@@ -9,37 +11,53 @@ import (
 	"retry-scheduler/metrics/promreg"
 )
 
-// workflowCounters are the counters RetryWorkflow emits through workflow.GetMetricsHandler
+// workflowCounters are the counters the workflows emit through workflow.GetMetricsHandler
 // (replay-safe: the SDK wraps the handler so that nothing is recorded while replaying). They
-// go to plain Prometheus counters labelled by original queue only, like
-// retries_executed_total, rather than through tally, which would add
-// namespace/task_queue/workflow_type labels, give them a generated help text, and (with the
-// SDK's sanitize options) rewrite label values ("orders.eu" → "orders_eu"), so they would not
-// join with retries_executed_total.
-var workflowCounters = []struct{ name, help string }{
-	{workflows.MetricRetriesScheduled, "Retries scheduled (a delay started, or an operator's retry of a dead letter), by original queue."},
-	{workflows.MetricRetriesExhausted, "Messages dead-lettered because max retries were exhausted, by original queue."},
+// go to plain Prometheus counters labelled by their own tags only (the original queue, and
+// a breaker's new state), like retries_executed_total, rather than through tally, which
+// would add namespace/task_queue/workflow_type labels, give them a generated help text, and
+// (with the SDK's sanitize options) rewrite label values ("orders.eu" → "orders_eu"), so
+// they would not join with retries_executed_total.
+var workflowCounters = []struct {
+	name, help string
+	labels     []string
+}{
+	{workflows.MetricRetriesScheduled, "Retries scheduled (a delay started, or an operator's retry of a dead letter), by original queue.", []string{labelQueue}},
+	{workflows.MetricRetriesExhausted, "Messages dead-lettered because max retries were exhausted, by original queue.", []string{labelQueue}},
+	{workflows.MetricBreakerTransitions, "Transitions of a destination's circuit breaker, by queue and the state entered (to: closed, open, half-open, paused).", []string{labelQueue, labelTo}},
 }
 
-// workflowCounterLabel is the one tag of the workflow counters that becomes a label.
-const workflowCounterLabel = "queue"
+// Tags of the workflow counters that become labels.
+const (
+	labelQueue = "queue"
+	labelTo    = "to"
+)
 
-// workflowHandler is the SDK's metrics handler with RetryWorkflow's own counters routed to
+// labelTags are every tag some workflow counter is labelled by.
+var labelTags = []string{labelQueue, labelTo}
+
+// workflowHandler is the SDK's metrics handler with the workflows' own counters routed to
 // Prometheus collectors; every other metric goes to the SDK handler (tally) unchanged.
 type workflowHandler struct {
 	sdk      sdkmetrics.MetricsHandler
-	counters map[string]*prometheus.CounterVec
-	// queue is the value of the "queue" tag set so far ("" when none).
-	queue string
+	counters map[string]labelledCounter
+	// labels are the values of the label tags set so far (absent: "").
+	labels map[string]string
+}
+
+// labelledCounter is a workflow counter and the tags that label it, in order.
+type labelledCounter struct {
+	vec    *prometheus.CounterVec
+	labels []string
 }
 
 func newWorkflowHandler(sdk sdkmetrics.MetricsHandler, reg prometheus.Registerer) *workflowHandler {
-	h := &workflowHandler{sdk: sdk, counters: map[string]*prometheus.CounterVec{}}
+	h := &workflowHandler{sdk: sdk, counters: map[string]labelledCounter{}}
 	for _, c := range workflowCounters {
-		h.counters[c.name] = promreg.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: c.name,
-			Help: c.help,
-		}, []string{workflowCounterLabel}))
+		h.counters[c.name] = labelledCounter{
+			vec:    promreg.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{Name: c.name, Help: c.help}, c.labels)),
+			labels: c.labels,
+		}
 	}
 	return h
 }
@@ -48,19 +66,35 @@ func newWorkflowHandler(sdk sdkmetrics.MetricsHandler, reg prometheus.Registerer
 func (h *workflowHandler) WithTags(tags map[string]string) sdkmetrics.MetricsHandler {
 	c := *h
 	c.sdk = h.sdk.WithTags(tags)
-	if q, ok := tags[workflowCounterLabel]; ok {
-		c.queue = q
+	var labels map[string]string // a copy: handlers derived from h keep their own
+	for _, k := range labelTags {
+		if v, ok := tags[k]; ok {
+			if labels == nil {
+				labels = maps.Clone(h.labels)
+				if labels == nil {
+					labels = map[string]string{}
+				}
+			}
+			labels[k] = v
+		}
+	}
+	if labels != nil {
+		c.labels = labels
 	}
 	return &c
 }
 
 // Counter implements client.MetricsHandler.
 func (h *workflowHandler) Counter(name string) sdkmetrics.MetricsCounter {
-	vec, ok := h.counters[name]
+	lc, ok := h.counters[name]
 	if !ok {
 		return h.sdk.Counter(name)
 	}
-	c := vec.WithLabelValues(h.queue)
+	values := make([]string, len(lc.labels))
+	for i, l := range lc.labels {
+		values[i] = h.labels[l]
+	}
+	c := lc.vec.WithLabelValues(values...)
 	return counterFunc(func(d int64) { c.Add(float64(d)) })
 }
 

@@ -60,10 +60,10 @@ func TestWorkflowHandlerRoutesOwnCounters(t *testing.T) {
 	wf.WithTags(map[string]string{"queue": "billing"}).Counter(workflows.MetricRetriesScheduled).Inc(1)
 	wf.Counter("temporal_workflow_completed").Inc(1)
 
-	vec := h.counters[workflows.MetricRetriesScheduled]
+	vec := h.counters[workflows.MetricRetriesScheduled].vec
 	assert.Equal(t, 2.0, value(t, vec.WithLabelValues("orders.eu")), "label values kept as they are")
 	assert.Equal(t, 1.0, value(t, vec.WithLabelValues("billing")))
-	assert.Equal(t, 1.0, value(t, h.counters[workflows.MetricRetriesExhausted].WithLabelValues("orders.eu")))
+	assert.Equal(t, 1.0, value(t, h.counters[workflows.MetricRetriesExhausted].vec.WithLabelValues("orders.eu")))
 	assert.Equal(t, map[string]int64{"temporal_workflow_completed": 1}, sdk.counters, "own counters do not reach tally")
 	assert.Same(t, sdk, h.Unwrap())
 
@@ -71,6 +71,31 @@ func TestWorkflowHandlerRoutesOwnCounters(t *testing.T) {
 	h2 := newWorkflowHandler(sdk, reg)
 	h2.WithTags(map[string]string{"queue": "billing"}).Counter(workflows.MetricRetriesScheduled).Inc(1)
 	assert.Equal(t, 2.0, value(t, vec.WithLabelValues("billing")))
+}
+
+// breaker_transitions_total is labelled by queue and the state entered; tags set on a parent
+// handler carry to the handlers derived from it, not to its siblings.
+func TestWorkflowHandlerBreakerTransitions(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	sdk := &recordingHandler{counters: map[string]int64{}}
+	h := newWorkflowHandler(sdk, reg)
+
+	orders := h.WithTags(map[string]string{"workflow_type": workflows.BreakerWorkflowName}).WithTags(map[string]string{"queue": "orders.eu"})
+	orders.WithTags(map[string]string{"to": string(workflows.BreakerOpen)}).Counter(workflows.MetricBreakerTransitions).Inc(1)
+	orders.WithTags(map[string]string{"to": string(workflows.BreakerOpen)}).Counter(workflows.MetricBreakerTransitions).Inc(1)
+	orders.WithTags(map[string]string{"to": string(workflows.BreakerHalfOpen)}).Counter(workflows.MetricBreakerTransitions).Inc(1)
+	h.WithTags(map[string]string{"queue": "billing", "to": string(workflows.BreakerPaused)}).Counter(workflows.MetricBreakerTransitions).Inc(1)
+	orders.Counter(workflows.MetricRetriesScheduled).Inc(1)
+
+	vec := h.counters[workflows.MetricBreakerTransitions].vec
+	assert.Equal(t, 2.0, value(t, vec.WithLabelValues("orders.eu", "open")))
+	assert.Equal(t, 1.0, value(t, vec.WithLabelValues("orders.eu", "half-open")))
+	assert.Equal(t, 1.0, value(t, vec.WithLabelValues("billing", "paused")))
+	assert.Equal(t, 1.0, value(t, h.counters[workflows.MetricRetriesScheduled].vec.WithLabelValues("orders.eu")), "one label: the queue")
+	assert.Empty(t, sdk.counters)
+	f := families(t, reg)[workflows.MetricBreakerTransitions]
+	require.NotNil(t, f)
+	assert.Len(t, f.GetMetric(), 3, "no series of a sibling's tags")
 }
 
 // The tally side keeps label values such as task queue names intact.
@@ -130,6 +155,6 @@ func TestRetryWorkflowCounters(t *testing.T) {
 	require.True(t, env.IsWorkflowCompleted())
 	require.NoError(t, env.GetWorkflowError())
 
-	assert.Equal(t, 2.0, value(t, h.counters[workflows.MetricRetriesScheduled].WithLabelValues("orders.eu")))
-	assert.Equal(t, 1.0, value(t, h.counters[workflows.MetricRetriesExhausted].WithLabelValues("orders.eu")))
+	assert.Equal(t, 2.0, value(t, h.counters[workflows.MetricRetriesScheduled].vec.WithLabelValues("orders.eu")))
+	assert.Equal(t, 1.0, value(t, h.counters[workflows.MetricRetriesExhausted].vec.WithLabelValues("orders.eu")))
 }

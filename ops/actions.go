@@ -88,27 +88,33 @@ func (a *API) reachable(ctx context.Context, p Principal, act action, id string)
 // letters), then signals it with p as the actor, without waiting for the workflow. The bulk
 // routes use it; a single action is an update (single).
 func (a *API) apply(ctx context.Context, p Principal, act action, id, reason string, only []workflows.Status) error {
+	_, err := a.applyLoaded(ctx, p, act, id, reason, only)
+	return err
+}
+
+// applyLoaded is apply, returning the item as it was read before the signal.
+func (a *API) applyLoaded(ctx context.Context, p Principal, act action, id, reason string, only []workflows.Status) (loaded, error) {
 	l, err := a.reachable(ctx, p, act, id)
 	if err != nil {
-		return err
+		return l, err
 	}
 	cur := l.state.Status
 	if why := workflows.ActionRefusal(act.Signal, &l.state); why != "" {
-		return &apiError{Status: http.StatusConflict, Current: cur, Msg: fmt.Sprintf("message %q: %s", id, why)}
+		return l, &apiError{Status: http.StatusConflict, Current: cur, Msg: fmt.Sprintf("message %q: %s", id, why)}
 	}
 	if only != nil && !slices.Contains(only, cur) {
-		return &apiError{Status: http.StatusConflict, Current: cur,
+		return l, &apiError{Status: http.StatusConflict, Current: cur,
 			Msg: fmt.Sprintf("message %q is %s, not %s", id, cur, statusNames(only, " or "))}
 	}
 	err = a.cfg.Client.SignalWorkflow(ctx, id, "", act.Signal, workflows.OperatorAction{Actor: p.Name, Reason: reason})
 	var nf *serviceerror.NotFound
 	if errors.As(err, &nf) {
-		return &apiError{Status: http.StatusConflict, Current: cur, Msg: fmt.Sprintf("message %q closed before the %s signal arrived", id, act.Name)}
+		return l, &apiError{Status: http.StatusConflict, Current: cur, Msg: fmt.Sprintf("message %q closed before the %s signal arrived", id, act.Name)}
 	}
 	if err != nil {
-		return fmt.Errorf("signal %s to %s: %w", act.Signal, id, err)
+		return l, fmt.Errorf("signal %s to %s: %w", act.Signal, id, err)
 	}
-	return nil
+	return l, nil
 }
 
 // update sends act to id as a Temporal Update and returns the state after it. The workflow's
@@ -230,9 +236,9 @@ type BulkResult struct {
 // maxBulkIDs bounds one bulk call.
 const maxBulkIDs = 1000
 
-// bulk applies act to each listed id that is in status from (the table the call is made
-// on), a few at a time, without waiting for the workflows to apply the signals.
-func (a *API) bulk(act action, from workflows.Status) http.HandlerFunc {
+// bulk applies act to each listed id that is in one of the statuses from (the table the
+// call is made on), a few at a time, without waiting for the workflows to apply the signals.
+func (a *API) bulk(act action, from ...workflows.Status) http.HandlerFunc {
 	name := "bulk-" + act.Name
 	return func(w http.ResponseWriter, r *http.Request) {
 		p := principalOf(r.Context())
@@ -253,7 +259,7 @@ func (a *API) bulk(act action, from workflows.Status) http.HandlerFunc {
 		g.SetLimit(bulkParallel)
 		for _, id := range req.IDs {
 			g.Go(func() error {
-				err := a.apply(ctx, p, act, id, req.Reason, []workflows.Status{from})
+				err := a.apply(ctx, p, act, id, req.Reason, from)
 				mu.Lock()
 				defer mu.Unlock()
 				if err != nil {
@@ -305,12 +311,13 @@ type FilteredResult struct {
 // maxReportedErrors bounds the errors a replay or purge lists.
 const maxReportedErrors = 100
 
-// filtered sends act to every item in status from matching the body's filter, at ReplayRate
-// signals per second; with dry_run it only counts them. It is the dead letters' replay (retry)
-// and purge (discard), and the retry queue's retry-matching (retry of scheduled items).
-func (a *API) filtered(act action, from workflows.Status) http.HandlerFunc {
+// filtered sends act to every item in one of the statuses from matching the body's filter,
+// at ReplayRate signals per second; with dry_run it only counts them. It is the dead letters'
+// replay (retry, with an optional canary: canaryReplay) and purge (discard), and the retry
+// queue's retry-matching (retry of scheduled and held items).
+func (a *API) filtered(act action, from ...workflows.Status) http.HandlerFunc {
 	name := "retry-matching"
-	if from == workflows.StatusDead {
+	if slices.Equal(from, []workflows.Status{workflows.StatusDead}) {
 		name = map[string]string{actionRetry.Name: "replay", actionDiscard.Name: "purge"}[act.Name]
 	}
 	return func(w http.ResponseWriter, r *http.Request) {
@@ -324,9 +331,17 @@ func (a *API) filtered(act action, from workflows.Status) http.HandlerFunc {
 			fail(w, err)
 			return
 		}
-		f, err := req.filter(a.cfg.Now(), from)
+		f, err := req.filter(a.cfg.Now(), from...)
 		if err == nil {
 			err = scopeFilter(p, &f)
+		}
+		var plan canaryPlan
+		switch {
+		case err != nil:
+		case name == "replay":
+			plan, err = canaryOf(req)
+		case req.hasCanary():
+			err = badf("canary, max_failure_ratio and canary_timeout apply to the dead letters' replay only")
 		}
 		if err != nil {
 			fail(w, err)
@@ -353,15 +368,26 @@ func (a *API) filtered(act action, from workflows.Status) http.HandlerFunc {
 		}
 		// The request's own context: a long replay runs as long as the caller waits.
 		ctx := r.Context()
-		lim := rate.NewLimiter(rate.Limit(a.cfg.ReplayRate), 1)
-		res := FilteredResult{Count: int64(len(items)), Errors: map[string]string{}, Truncated: truncated}
 		ids := make([]string, len(items))
 		for i, it := range items {
 			ids[i] = it.ID
+		}
+		if plan.N > 0 {
+			res := a.canaryReplay(ctx, p, plan, ids, req.Reason)
+			res.Truncated = truncated
+			a.audit(p, name, ids[:res.Replayed+res.Refused], req.Reason, "done", "canary", plan.N, "replayed", res.Replayed,
+				"delivered", res.Delivered, "failed", res.Failed, "unknown", res.Unknown, "stopped", res.Stopped, "stop_reason", res.Reason,
+				"queue", f.Queue, "category", f.Category, "tenant_filter", f.Tenant, "event_type", f.EventType, "older_than", req.OlderThan)
+			writeJSON(w, http.StatusOK, res)
+			return
+		}
+		lim := rate.NewLimiter(rate.Limit(a.cfg.ReplayRate), 1)
+		res := FilteredResult{Count: int64(len(items)), Errors: map[string]string{}, Truncated: truncated}
+		for _, it := range items {
 			err := lim.Wait(ctx)
 			if err == nil {
 				actx, cancel := context.WithTimeout(ctx, filteredItemTimeout)
-				err = a.apply(actx, p, act, it.ID, req.Reason, []workflows.Status{from})
+				err = a.apply(actx, p, act, it.ID, req.Reason, from)
 				cancel()
 			}
 			if err != nil {

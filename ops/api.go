@@ -14,6 +14,7 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
 
+	"retry-scheduler/policy"
 	"retry-scheduler/workflows"
 )
 
@@ -25,6 +26,8 @@ type Temporal interface {
 	QueryWorkflow(ctx context.Context, workflowID string, runID string, queryType string, args ...interface{}) (converter.EncodedValue, error)
 	SignalWorkflow(ctx context.Context, workflowID string, runID string, signalName string, arg interface{}) error
 	UpdateWorkflow(ctx context.Context, options client.UpdateWorkflowOptions) (client.WorkflowUpdateHandle, error)
+	NewWithStartWorkflowOperation(options client.StartWorkflowOptions, workflow any, args ...any) client.WithStartWorkflowOperation
+	UpdateWithStartWorkflow(ctx context.Context, options client.UpdateWithStartWorkflowOptions) (client.WorkflowUpdateHandle, error)
 	GetWorkflowHistory(ctx context.Context, workflowID string, runID string, isLongPoll bool, filterType enumspb.HistoryEventFilterType) client.HistoryEventIterator
 }
 
@@ -57,6 +60,10 @@ type APIConfig struct {
 	DataConverter converter.DataConverter
 	// Now is the clock for older_than and since. Defaults to time.Now.
 	Now func() time.Time
+	// BreakerSettings are the breaker settings a pause starts a destination's breaker with
+	// when none runs: those of the policy the queue's messages are routed to. Defaults to the
+	// built-in defaults (policy.Breaker.WithDefaults).
+	BreakerSettings func(queue string) policy.Breaker
 	// WebUIURL is the Temporal Web UI's base address (http://127.0.0.1:8233, say): items then
 	// carry web_ui_url, a link to their workflow's history there. Defaults to "" (no links).
 	WebUIURL string
@@ -111,6 +118,9 @@ func (c APIConfig) withDefaults() APIConfig {
 	if c.Now == nil {
 		c.Now = time.Now
 	}
+	if c.BreakerSettings == nil {
+		c.BreakerSettings = func(string) policy.Breaker { return policy.Breaker{} }
+	}
 	c.WebUIURL = strings.TrimRight(c.WebUIURL, "/")
 	return c
 }
@@ -120,6 +130,8 @@ func (c APIConfig) withDefaults() APIConfig {
 type API struct {
 	cfg APIConfig
 	log *slog.Logger
+	// settleEvery is how often a canary replay reads its replayed items' outcomes.
+	settleEvery time.Duration
 }
 
 // NewAPI returns the API; Register mounts it.
@@ -134,7 +146,7 @@ func NewAPI(cfg APIConfig) (*API, error) {
 		return nil, errors.New("ops api: no Logger for the audit lines")
 	}
 	cfg = cfg.withDefaults()
-	return &API{cfg: cfg, log: cfg.Logger}, nil
+	return &API{cfg: cfg, log: cfg.Logger, settleEvery: defaultSettleEvery}, nil
 }
 
 // Register mounts the API under /api/ and the web page at / on mux.
@@ -149,14 +161,19 @@ func (a *API) Register(mux *http.ServeMux) {
 	mux.HandleFunc("GET /api/messages/{id...}", auth.require(RoleViewer, a.getMessage))
 	mux.HandleFunc("POST /api/messages/{rest...}", auth.require(RoleOperator, a.postMessageAction))
 	mux.HandleFunc("DELETE /api/dead-letters/{id...}", auth.require(RoleOperator, a.deleteDeadLetter))
-	mux.HandleFunc("POST /api/retry-queue/bulk-retry", auth.require(RoleOperator, a.bulk(actionRetry, workflows.StatusScheduled)))
-	mux.HandleFunc("POST /api/retry-queue/bulk-skip", auth.require(RoleOperator, a.bulk(actionSkip, workflows.StatusScheduled)))
-	mux.HandleFunc("POST /api/retry-queue/retry-matching", auth.require(RoleOperator, a.filtered(actionRetry, workflows.StatusScheduled)))
+	// A held retry waits like a scheduled one: retry-now releases it, skip dead-letters it.
+	mux.HandleFunc("POST /api/retry-queue/bulk-retry", auth.require(RoleOperator, a.bulk(actionRetry, workflows.StatusScheduled, workflows.StatusHeld)))
+	mux.HandleFunc("POST /api/retry-queue/bulk-skip", auth.require(RoleOperator, a.bulk(actionSkip, workflows.StatusScheduled, workflows.StatusHeld)))
+	mux.HandleFunc("POST /api/retry-queue/retry-matching", auth.require(RoleOperator, a.filtered(actionRetry, workflows.StatusScheduled, workflows.StatusHeld)))
 	mux.HandleFunc("POST /api/dead-letters/bulk-retry", auth.require(RoleOperator, a.bulk(actionRetry, workflows.StatusDead)))
 	mux.HandleFunc("POST /api/dead-letters/bulk-resolve", auth.require(RoleOperator, a.bulk(actionResolve, workflows.StatusDead)))
 	mux.HandleFunc("POST /api/dead-letters/bulk-discard", auth.require(RoleOperator, a.bulk(actionDiscard, workflows.StatusDead)))
 	mux.HandleFunc("POST /api/dead-letters/replay", auth.require(RoleOperator, a.filtered(actionRetry, workflows.StatusDead)))
 	mux.HandleFunc("POST /api/dead-letters/purge", auth.require(RoleAdmin, a.filtered(actionDiscard, workflows.StatusDead)))
+	// Breakers are per destination, shared by every tenant: operators only (checkBreakerAccess).
+	mux.HandleFunc("GET /api/breakers", auth.require(RoleOperator, a.listBreakers))
+	mux.HandleFunc("GET /api/breakers/{queue...}", auth.require(RoleOperator, a.getBreaker))
+	mux.HandleFunc("POST /api/breakers/{rest...}", auth.require(RoleOperator, a.postBreakerAction))
 	mux.HandleFunc("/api/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, fmt.Sprintf("no route %s %s (see ops/README.md)", r.Method, r.URL.Path))
 	})

@@ -32,6 +32,7 @@ import (
 
 	"retry-scheduler/message"
 	"retry-scheduler/policy"
+	"retry-scheduler/visibility"
 	"retry-scheduler/workflows"
 )
 
@@ -47,10 +48,16 @@ type fakeTemporal struct {
 	delayed map[string][]*historypb.HistoryEvent
 	// results are the results of closed (delivered) runs, read from their close events.
 	results map[string]workflows.Result
+	// breakers are the running BreakerWorkflows by workflow ID; starts records the
+	// update-with-start calls' start options and inputs.
+	breakers map[string]*workflows.BreakerState
+	starts   []fakeStartOp
+	// onRetry, when set, settles a dead letter's replay as soon as it is signalled.
+	onRetry func(s *workflows.State)
 }
 
 func newFake(states ...workflows.State) *fakeTemporal {
-	f := &fakeTemporal{wfs: map[string]*workflows.State{}, closed: map[string]bool{}}
+	f := &fakeTemporal{wfs: map[string]*workflows.State{}, closed: map[string]bool{}, breakers: map[string]*workflows.BreakerState{}}
 	for i := range states {
 		s := states[i]
 		f.wfs[s.WorkflowID] = &s
@@ -64,6 +71,10 @@ func (f *fakeTemporal) ListWorkflow(_ context.Context, req *workflowservice.List
 	f.queries = append(f.queries, req.GetQuery())
 	dc := converter.GetDefaultDataConverter()
 	p := func(v any) *commonpb.Payload { pl, _ := dc.ToPayload(v); return pl }
+	if strings.Contains(req.GetQuery(), `WorkflowType = 'BreakerWorkflow'`) {
+		return f.listBreakers(p), nil
+	}
+	wantHeld := strings.Contains(req.GetQuery(), `RetryStatus = 'held'`)
 	ids := make([]string, 0, len(f.wfs))
 	for id := range f.wfs {
 		ids = append(ids, id)
@@ -75,6 +86,9 @@ func (f *fakeTemporal) ListWorkflow(_ context.Context, req *workflowservice.List
 		wantDead := strings.Contains(req.GetQuery(), `RetryStatus = 'dead'`)
 		wantClosed := strings.Contains(req.GetQuery(), `ExecutionStatus = 'Completed'`)
 		if f.closed[id] != wantClosed || (!wantClosed && (s.Status == workflows.StatusDead) != wantDead) {
+			continue
+		}
+		if wantHeld && (s.Status != workflows.StatusHeld || !strings.Contains(req.GetQuery(), `OriginalQueue = `+visibility.Literal(s.Message.OriginalQueue))) {
 			continue
 		}
 		fields := map[string]*commonpb.Payload{
@@ -115,9 +129,18 @@ func (f *fakeTemporal) CountWorkflow(ctx context.Context, req *workflowservice.C
 func (f *fakeTemporal) DescribeWorkflowExecution(_ context.Context, id, _ string) (*workflowservice.DescribeWorkflowExecutionResponse, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if _, ok := f.wfs[id]; !ok {
+	if b, ok := f.breakers[id]; ok {
+		return &workflowservice.DescribeWorkflowExecutionResponse{WorkflowExecutionInfo: &workflowpb.WorkflowExecutionInfo{
+			Execution: &commonpb.WorkflowExecution{WorkflowId: id, RunId: "run"},
+			Type:      &commonpb.WorkflowType{Name: workflows.BreakerWorkflowName}, SearchAttributes: breakerAttrs(b),
+			Status: enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING, StartTime: timestamppb.New(t0), TaskQueue: "tq",
+		}}, nil
+	}
+	s, ok := f.wfs[id]
+	if !ok {
 		return nil, serviceerror.NewNotFound("workflow not found")
 	}
+	status, _ := converter.GetDefaultDataConverter().ToPayload(string(s.Status))
 	st := enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING
 	if f.closed[id] {
 		st = enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED
@@ -126,6 +149,7 @@ func (f *fakeTemporal) DescribeWorkflowExecution(_ context.Context, id, _ string
 		Execution: &commonpb.WorkflowExecution{WorkflowId: id, RunId: "run"},
 		Type:      &commonpb.WorkflowType{Name: workflows.RetryWorkflowName},
 		Status:    st, StartTime: timestamppb.New(t0), ExecutionTime: f.executionTime(id), TaskQueue: "tq",
+		SearchAttributes: &commonpb.SearchAttributes{IndexedFields: map[string]*commonpb.Payload{workflows.SAStatus.GetName(): status}},
 	}, ExecutionConfig: &workflowpb.WorkflowExecutionConfig{TaskQueue: &taskqueuepb.TaskQueue{Name: "tq"}}}, nil
 }
 
@@ -146,6 +170,10 @@ func (e encoded) Get(v interface{}) error { return json.Unmarshal(e.b, v) }
 func (f *fakeTemporal) QueryWorkflow(_ context.Context, id, _, _ string, _ ...interface{}) (converter.EncodedValue, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if b, ok := f.breakers[id]; ok {
+		j, err := json.Marshal(b)
+		return encoded{j}, err
+	}
 	s, ok := f.wfs[id]
 	if !ok {
 		return nil, serviceerror.NewNotFound("workflow not found")
@@ -194,6 +222,9 @@ func (f *fakeTemporal) SignalWorkflow(_ context.Context, id, _, signal string, a
 	s.Events = append(s.Events, workflows.Event{Kind: signal, Actor: a.Actor, Detail: a.Reason})
 	switch signal {
 	case workflows.SignalRetryNow:
+		if s.Status == workflows.StatusDead {
+			s.Resets++
+		}
 		s.Status, s.DeadAt = workflows.StatusRepublishing, time.Time{}
 	case workflows.SignalSkip:
 		s.Status, s.DeadAt = workflows.StatusDead, time.Now()
@@ -202,12 +233,18 @@ func (f *fakeTemporal) SignalWorkflow(_ context.Context, id, _, signal string, a
 	case workflows.SignalDiscard:
 		s.Status = workflows.StatusDiscarded
 	}
+	if signal == workflows.SignalRetryNow && f.onRetry != nil {
+		f.onRetry(s)
+	}
 	return nil
 }
 
 // UpdateWorkflow applies an operator update the way RetryWorkflow does: the validator asks the
 // workflow's table, and the result is the state after the action.
 func (f *fakeTemporal) UpdateWorkflow(ctx context.Context, o client.UpdateWorkflowOptions) (client.WorkflowUpdateHandle, error) {
+	if o.UpdateName == workflows.UpdateBreakerPause || o.UpdateName == workflows.UpdateBreakerResume {
+		return f.breakerUpdate(o)
+	}
 	signal := ""
 	for _, la := range workflows.LegalActions {
 		if la.Update == o.UpdateName {
@@ -235,11 +272,12 @@ func (f *fakeTemporal) UpdateWorkflow(ctx context.Context, o client.UpdateWorkfl
 	return &fakeUpdate{id: o.WorkflowID, state: *f.wfs[o.WorkflowID]}, nil
 }
 
-// fakeUpdate is a completed update.
+// fakeUpdate is a completed update: its result is a message's state, or a breaker's.
 type fakeUpdate struct {
-	id    string
-	state workflows.State
-	err   error
+	id      string
+	state   workflows.State
+	breaker workflows.BreakerState
+	err     error
 }
 
 func (u *fakeUpdate) WorkflowID() string { return u.id }
@@ -249,7 +287,12 @@ func (u *fakeUpdate) Get(_ context.Context, v interface{}) error {
 	if u.err != nil {
 		return u.err
 	}
-	*v.(*workflows.State) = u.state
+	switch v := v.(type) {
+	case *workflows.BreakerState:
+		*v = u.breaker
+	default:
+		*v.(*workflows.State) = u.state
+	}
 	return nil
 }
 
@@ -292,8 +335,12 @@ func newHarnessUI(t *testing.T, ui string, states ...workflows.State) *harness {
 	fake := newFake(states...)
 	var log bytes.Buffer
 	api, err := NewAPI(APIConfig{Client: fake, Auth: auth, TaskQueue: "tq", ActionWait: time.Second, ReplayRate: 1000,
-		Logger: slog.New(slog.NewJSONHandler(&log, nil)), Now: func() time.Time { return t0 }, WebUIURL: ui})
+		Logger: slog.New(slog.NewJSONHandler(&log, nil)), Now: func() time.Time { return t0 }, WebUIURL: ui,
+		BreakerSettings: func(queue string) policy.Breaker {
+			return policy.Breaker{Cooldown: time.Duration(len(queue)) * time.Second}
+		}})
 	require.NoError(t, err)
+	api.settleEvery = 5 * time.Millisecond
 	mux := Handler(prometheus.NewRegistry(), nil, nil)
 	api.Register(mux)
 	return &harness{t: t, fake: fake, srv: mux, log: &log}
@@ -633,7 +680,7 @@ func TestRetryMatching(t *testing.T) {
 
 	code, out := h.do("o", "POST", "/api/retry-queue/retry-matching", `{"queue":"orders","event_type":"order.created","dry_run":true}`)
 	require.Equal(t, 200, code, out)
-	assert.Contains(t, h.fake.queries[len(h.fake.queries)-1], `RetryStatus = 'scheduled' AND OriginalQueue = 'orders' AND EventType = 'order.created'`)
+	assert.Contains(t, h.fake.queries[len(h.fake.queries)-1], `RetryStatus IN ('scheduled', 'held') AND OriginalQueue = 'orders' AND EventType = 'order.created'`)
 	assert.EqualValues(t, 2, out["count"], "the fake does not evaluate the query: both scheduled items")
 	assert.Equal(t, true, out["dry_run"])
 	assert.Equal(t, workflows.StatusScheduled, h.fake.wfs["retry/orders/a"].Status, "a dry run changes nothing")

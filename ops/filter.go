@@ -2,6 +2,7 @@ package ops
 
 import (
 	"net/url"
+	"slices"
 	"strings"
 	"time"
 
@@ -185,16 +186,23 @@ type BulkFilter struct {
 	OlderThan string `json:"older_than,omitempty"`
 	DryRun    bool   `json:"dry_run,omitempty"`
 	Reason    string `json:"reason,omitempty"`
+	// Canary, replay only: replay this many first, wait for their outcomes, and go on only
+	// while fewer than MaxFailureRatio (default 0.5) of what was judged failed again; each
+	// replayed item has CanaryTimeout to settle (default: the items' longest quiet window and
+	// 30 s). 0: no canary.
+	Canary          int      `json:"canary,omitempty"`
+	MaxFailureRatio *float64 `json:"max_failure_ratio,omitempty"`
+	CanaryTimeout   string   `json:"canary_timeout,omitempty"`
 }
 
-// filter validates b and turns it into a Filter on items in status, relative to now.
-// older_than applies to dead letters only.
-func (b BulkFilter) filter(now time.Time, status workflows.Status) (Filter, error) {
-	f := Filter{Statuses: []workflows.Status{status}}
+// filter validates b and turns it into a Filter on items in any of statuses, relative to
+// now. older_than applies to dead letters only.
+func (b BulkFilter) filter(now time.Time, statuses ...workflows.Status) (Filter, error) {
+	f := Filter{Statuses: statuses}
 	if err := f.setCommon(b.Queue, b.Category, b.Tenant, b.EventType); err != nil {
 		return Filter{}, err
 	}
-	if b.OlderThan != "" && status != workflows.StatusDead {
+	if b.OlderThan != "" && !slices.Equal(statuses, []workflows.Status{workflows.StatusDead}) {
 		return Filter{}, badf("older_than applies to dead letters only (it is the time since an item died)")
 	}
 	if b.OlderThan != "" {

@@ -16,7 +16,7 @@ const base = `WorkflowType = 'RetryWorkflow' AND ExecutionStatus = 'Running' AND
 func TestRetryQueueQuery(t *testing.T) {
 	f, err := parseRetryQueueFilter(url.Values{})
 	require.NoError(t, err)
-	assert.Equal(t, base+` AND RetryStatus IN ('scheduled', 'republishing', 'awaiting-outcome')`, f.query("tq"))
+	assert.Equal(t, base+` AND RetryStatus IN ('scheduled', 'held', 'republishing', 'awaiting-outcome')`, f.query("tq"))
 
 	f, err = parseRetryQueueFilter(url.Values{"status": {"scheduled"}, "queue": {`it's`}, "category": {"Rate_Limited"}, "tenant": {"acme"}})
 	require.NoError(t, err)
@@ -93,7 +93,7 @@ func TestBulkFilter(t *testing.T) {
 func TestEventTypeFilter(t *testing.T) {
 	f, err := parseRetryQueueFilter(url.Values{"event_type": {"order.created"}})
 	require.NoError(t, err)
-	assert.Equal(t, base+` AND RetryStatus IN ('scheduled', 'republishing', 'awaiting-outcome') AND EventType = 'order.created'`, f.query("tq"))
+	assert.Equal(t, base+` AND RetryStatus IN ('scheduled', 'held', 'republishing', 'awaiting-outcome') AND EventType = 'order.created'`, f.query("tq"))
 	f, err = parseDeadLetterFilter(url.Values{"event_type": {"it's.odd"}, "category": {"permanent"}})
 	require.NoError(t, err)
 	assert.Equal(t, base+` AND RetryStatus = 'dead' AND ErrorCategory = 'permanent' AND EventType = 'it\'s.odd'`, f.query("tq"))

@@ -33,6 +33,37 @@ type filePolicy struct {
 	QuietWindow       *duration `yaml:"quiet_window"`
 	DeadLetterQueue   string    `yaml:"dead_letter_queue"`
 	Manual            bool      `yaml:"manual"`
+	// Breaker is absent for the defaults (Breaker.WithDefaults).
+	Breaker *fileBreaker `yaml:"breaker"`
+}
+
+// fileBreaker is a policy's breaker block; an omitted key takes its default.
+type fileBreaker struct {
+	Disabled       bool     `yaml:"disabled"`
+	Window         duration `yaml:"window"`
+	MinRepublishes int      `yaml:"min_republishes"`
+	FailureRatio   float64  `yaml:"failure_ratio"`
+	Cooldown       duration `yaml:"cooldown"`
+	CooldownMax    duration `yaml:"cooldown_max"`
+	Probes         int      `yaml:"probes"`
+	ProbeWindow    duration `yaml:"probe_window"`
+	ReleaseRate    int      `yaml:"release_rate"`
+}
+
+// breaker is the block as a Breaker: unset keys stay zero, so that the policy carries what
+// the file says and the defaults apply where it is used.
+func (fb fileBreaker) breaker() Breaker {
+	return Breaker{
+		Disabled:       fb.Disabled,
+		Window:         time.Duration(fb.Window),
+		MinRepublishes: fb.MinRepublishes,
+		FailureRatio:   fb.FailureRatio,
+		Cooldown:       time.Duration(fb.Cooldown),
+		CooldownMax:    time.Duration(fb.CooldownMax),
+		Probes:         fb.Probes,
+		ProbeWindow:    time.Duration(fb.ProbeWindow),
+		ReleaseRate:    fb.ReleaseRate,
+	}
 }
 
 type fileBackoff struct {
@@ -206,6 +237,12 @@ func (fp filePolicy) policy(name string) (Policy, error) {
 			p.Jitter.Fraction = *j.Fraction
 		}
 	}
+	if fb := fp.Breaker; fb != nil {
+		p.Breaker = fb.breaker()
+		if p.Breaker.Disabled && p.Breaker != (Breaker{Disabled: true}) {
+			bad("breaker settings have no effect with breaker.disabled")
+		}
+	}
 	return p, errors.Join(errs...)
 }
 
@@ -216,6 +253,7 @@ var yamlTypeNames = map[string]string{
 	"fileBackoff": "backoff",
 	"fileJitter":  "jitter",
 	"fileRoute":   "a route",
+	"fileBreaker": "breaker",
 	"duration":    "a duration",
 }
 

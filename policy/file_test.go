@@ -26,6 +26,10 @@ func TestParseExampleFile(t *testing.T) {
 		MaxWindow:         10 * time.Minute,
 		QuietWindow:       30 * time.Second,
 		DeadLetterQueue:   "billing.dead",
+		Breaker: Breaker{
+			Window: time.Minute, MinRepublishes: 20, FailureRatio: 0.8, Cooldown: 30 * time.Second,
+			CooldownMax: 10 * time.Minute, Probes: 5, ProbeWindow: 20 * time.Second, ReleaseRate: 50,
+		},
 	}, c.Policies["billing"])
 	assert.Equal(t, Policy{
 		Name:        "notifications",
@@ -33,6 +37,7 @@ func TestParseExampleFile(t *testing.T) {
 		Jitter:      Jitter{Mode: Proportional, Fraction: 0.2},
 		MaxRetries:  4,
 		QuietWindow: 30 * time.Second,
+		Breaker:     Breaker{Disabled: true},
 	}, c.Policies["notifications"])
 
 	// The file's "aggressive" replaces the built-in; multiplier defaults to 2.
@@ -123,6 +128,25 @@ policies:
 		assert.Equal(t, Equal, p.Jitter.Mode)
 		assert.Equal(t, "hold", c.Default)
 	})
+	t.Run("breaker: omitted keys stay unset, so the defaults apply where it is used", func(t *testing.T) {
+		c, err := Parse([]byte(`
+policies:
+  p:
+    backoff: {type: schedule, delays: [1s]}
+    max_retries: 1
+    breaker: {failure_ratio: 0.25, probes: 1}
+  q:
+    backoff: {type: schedule, delays: [1s]}
+    max_retries: 1
+`))
+		require.NoError(t, err)
+		assert.Equal(t, Breaker{FailureRatio: 0.25, Probes: 1}, c.Policies["p"].Breaker)
+		assert.Equal(t, Breaker{}, c.Policies["q"].Breaker, "no block: every default")
+		b := c.Policies["p"].Breaker.WithDefaults()
+		assert.Equal(t, 0.25, b.FailureRatio)
+		assert.Equal(t, DefaultBreakerWindow, b.Window)
+		assert.Equal(t, DefaultBreakerReleaseRate, b.ReleaseRate)
+	})
 	t.Run("override of a builtin replaces it whole", func(t *testing.T) {
 		c, err := Parse([]byte(`
 policies:
@@ -200,6 +224,18 @@ func TestParseErrors(t *testing.T) {
 			[]string{`policy "p": unknown_max_retries must be between 0 and 1000, not -1`}},
 		{"negative window", "policies:\n  p:\n" + okPolicy + "    max_window: -1m\n",
 			[]string{`policy "p": max_window must not be negative`}},
+		{"unknown breaker key", "policies:\n  p:\n" + okPolicy + "    breaker: {ratio: 0.5}\n",
+			[]string{`line 5: unknown key "ratio" in breaker`}},
+		{"breaker duration without unit", "policies:\n  p:\n" + okPolicy + "    breaker: {cooldown: 10}\n",
+			[]string{`line 5: invalid duration "10"`}},
+		{"breaker ratio above 1", "policies:\n  p:\n" + okPolicy + "    breaker: {failure_ratio: 1.5}\n",
+			[]string{`policy "p": breaker: failure_ratio 1.5 must be within 0..1`}},
+		{"breaker negative count", "policies:\n  p:\n" + okPolicy + "    breaker: {release_rate: -1}\n",
+			[]string{`policy "p": breaker: counts must not be negative`}},
+		{"breaker cooldown above the default cap", "policies:\n  p:\n" + okPolicy + "    breaker: {cooldown: 10m}\n",
+			[]string{`policy "p": breaker: cooldown 10m0s exceeds cooldown_max 5m0s`}},
+		{"breaker settings while disabled", "policies:\n  p:\n" + okPolicy + "    breaker: {disabled: true, probes: 2}\n",
+			[]string{`policy "p": breaker settings have no effect with breaker.disabled`}},
 		{"empty policy name", "policies:\n  \"\":\n" + okPolicy, []string{`policy "": name must not be empty`}},
 		{"null policy", "policies:\n  p:\n", []string{`policy "p": backoff is required`, `policy "p": max_retries is required`}},
 	}

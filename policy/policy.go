@@ -93,4 +93,6 @@ type Policy struct {
 	DeadLetterQueue string `json:"dead_letter_queue,omitempty"`
 	// Manual policies never retry by themselves: the first failure waits for an operator.
 	Manual bool `json:"manual,omitempty"`
+	// Breaker holds this policy's retries while their destination is failing (see Breaker).
+	Breaker Breaker `json:"breaker,omitzero"`
 }

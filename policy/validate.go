@@ -72,5 +72,10 @@ func (p Policy) Validate() error {
 	if p.QuietWindow < 0 {
 		bad("quiet_window must not be negative")
 	}
+	// With the defaults filled in, so that a cooldown above the default cooldown_max, say,
+	// is refused here rather than misbehaving later.
+	if err := p.Breaker.WithDefaults().Validate(); err != nil {
+		bad("%v", err)
+	}
 	return errors.Join(errs...)
 }

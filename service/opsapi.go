@@ -10,6 +10,7 @@ import (
 
 	"retry-scheduler/config"
 	"retry-scheduler/ops"
+	"retry-scheduler/policy"
 )
 
 // opsAuth builds the operators' API authentication: the tokens of API_TOKENS and
@@ -52,6 +53,12 @@ func opsAuth(cfg config.Config, logger *slog.Logger) (*ops.Auth, error) {
 
 // mountOpsAPI adds the operators' API and web page to mux.
 func mountOpsAPI(mux *http.ServeMux, cfg config.Config, tc ops.Temporal, dc converter.DataConverter, auth *ops.Auth, logger *slog.Logger) error {
+	// A pause starts a destination's breaker with the settings of the policy its messages
+	// are routed to, as the bridge would route them.
+	catalog, err := loadCatalog(cfg)
+	if err != nil {
+		return err
+	}
 	api, err := ops.NewAPI(ops.APIConfig{
 		Client:        tc,
 		DataConverter: dc,
@@ -61,6 +68,10 @@ func mountOpsAPI(mux *http.ServeMux, cfg config.Config, tc ops.Temporal, dc conv
 		ReplayRate:    float64(cfg.ReplayRate),
 		WebUIURL:      cfg.TemporalUIURL,
 		Logger:        logger,
+		BreakerSettings: func(queue string) policy.Breaker {
+			p, _, _ := catalog.Resolve(queue, "")
+			return p.Breaker
+		},
 	})
 	if err != nil {
 		return err

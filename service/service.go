@@ -21,6 +21,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"retry-scheduler/activities"
+	"retry-scheduler/breaker"
 	"retry-scheduler/bridge"
 	"retry-scheduler/broker"
 	"retry-scheduler/config"
@@ -113,11 +114,26 @@ func Run(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 	}
 	g, ctx := errgroup.WithContext(ctx)
 
+	// Circuit breakers (BREAKERS=on): the process counts what it sees for the destinations'
+	// breakers, republishes on a worker and failed retries on a bridge.
+	var counter *breaker.Counter
+	if cfg.BreakersEnabled() {
+		counter = breaker.NewCounter(breaker.CounterConfig{Client: tc, TaskQueue: cfg.TaskQueue, Interval: cfg.BreakerFlush,
+			Logger: logger.With("component", "breaker")})
+		g.Go(func() error { return counter.Run(ctx) })
+		// Deferred before the worker's stop, so it runs after it: what the worker republished
+		// while stopping, after the loop's last flush, is reported too.
+		defer counter.Flush(context.Background())
+	}
+
 	fatal := worker.NewFatal()
 	if runWorker {
 		acts := &activities.Activities{Publisher: pub, History: history{client: tc, namespace: cfg.Namespace},
 			Logger: logger.With("component", "activities"), Metrics: activities.NewMetrics(reg),
 			DeadLetterTTL: cfg.Retention, ServiceName: cfg.ServiceName}
+		if counter != nil {
+			acts.Gate, acts.Counter, acts.Held = startGate(ctx, g, cfg, tc, logger), counter, breaker.HeldLister{Client: tc, TaskQueue: cfg.TaskQueue}
+		}
 		w := worker.New(tc, worker.Options{TaskQueue: cfg.TaskQueue, StopTimeout: cfg.WorkerStopTimeout, WorkflowPollers: cfg.WorkflowPollers,
 			OnFatalError: func(err error) {
 				fatal.Report(err)
@@ -139,6 +155,10 @@ func Run(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 		})
 	}
 	if runBridge {
+		var failures bridge.BreakerCounter // nil, not a nil *breaker.Counter, when breakers are off
+		if counter != nil {
+			failures = counter
+		}
 		rep := &reporter.Reporter{Client: tc, TaskQueue: cfg.TaskQueue, Retention: cfg.Retention, Eager: runWorker, StartDelayMax: cfg.StartDelayMax}
 		b := bridge.New(bridge.Config{
 			Queue:           cfg.RetryQueue,
@@ -150,6 +170,7 @@ func Run(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 			DeadLetterArgs:  broker.QueueArgs(bcfg),
 			ServiceName:     cfg.ServiceName,
 			ServiceVersion:  cfg.ServiceVersion,
+			Breakers:        failures,
 			Decode: bridge.DecodeOptions{
 				MaxMessageBytes:        cfg.MaxMessageBytes,
 				Resolver:               catalog,
@@ -208,6 +229,19 @@ func Run(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 		return srv.Shutdown(shutdownCtx)
 	})
 	return g.Wait()
+}
+
+// startGate starts the worker's breaker gate in g after a first refresh, so that a worker
+// starting while a destination's breaker holds holds its retries from the first one. A failed
+// first refresh is logged: the gate's loop tries again at once.
+func startGate(ctx context.Context, g *errgroup.Group, cfg config.Config, tc client.Client, logger *slog.Logger) *breaker.Gate {
+	log := logger.With("component", "breaker-gate")
+	gate := breaker.NewGate(breaker.GateConfig{Client: tc, TaskQueue: cfg.TaskQueue, Interval: cfg.BreakerRefresh, Logger: log})
+	if err := gate.Refresh(ctx); err != nil {
+		log.Warn("first breaker gate refresh failed; holding nothing until one succeeds", "error", err)
+	}
+	g.Go(func() error { return gate.Run(ctx) })
+	return gate
 }
 
 // stopWorker stops w, waiting up to its stop timeout for in-flight publishes. After a fatal

@@ -37,10 +37,10 @@ const (
 	Completed = "Completed"
 )
 
-// RetryQueueStatuses are the retry queue's statuses: waiting for a retry, or being retried
-// right now. The ops API lists them by default and retry_queue_depth counts them; a dead
-// letter is not in the retry queue.
-var RetryQueueStatuses = []workflows.Status{workflows.StatusScheduled, workflows.StatusRepublishing, workflows.StatusAwaitingOutcome}
+// RetryQueueStatuses are the retry queue's statuses: waiting for a retry (held ones too: due
+// while their destination's breaker holds), or being retried right now. The ops API lists them
+// by default and retry_queue_depth counts them; a dead letter is not in the retry queue.
+var RetryQueueStatuses = []workflows.Status{workflows.StatusScheduled, workflows.StatusHeld, workflows.StatusRepublishing, workflows.StatusAwaitingOutcome}
 
 // InRetryQueue reports whether s is one of RetryQueueStatuses.
 func InRetryQueue(s workflows.Status) bool {

@@ -24,7 +24,7 @@ func TestRetryWorkflows(t *testing.T) {
 func TestConditions(t *testing.T) {
 	base := RetryWorkflows(Running, "tq")
 	b := base.String()
-	assert.Equal(t, b+` AND RetryStatus IN ('scheduled', 'republishing', 'awaiting-outcome')`,
+	assert.Equal(t, b+` AND RetryStatus IN ('scheduled', 'held', 'republishing', 'awaiting-outcome')`,
 		base.Statuses(RetryQueueStatuses...).String())
 	assert.Equal(t, b+` AND RetryStatus = 'dead'`, base.Statuses(workflows.StatusDead).String(), "one status: =")
 	assert.Equal(t, b, base.Statuses().Equal(workflows.SATenant, "").In(workflows.SAEventType).
@@ -57,7 +57,7 @@ func TestQueriesDoNotShareConditions(t *testing.T) {
 }
 
 func TestInRetryQueue(t *testing.T) {
-	for _, s := range []workflows.Status{workflows.StatusScheduled, workflows.StatusRepublishing, workflows.StatusAwaitingOutcome} {
+	for _, s := range []workflows.Status{workflows.StatusScheduled, workflows.StatusHeld, workflows.StatusRepublishing, workflows.StatusAwaitingOutcome} {
 		assert.True(t, InRetryQueue(s), s)
 	}
 	for _, s := range []workflows.Status{workflows.StatusDead, workflows.StatusDelivered, workflows.StatusResolved, workflows.StatusDiscarded, workflows.StatusExpired, "nonsense"} {

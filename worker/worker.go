@@ -1,4 +1,5 @@
-// Package worker builds the Temporal worker that runs RetryWorkflow and its activities.
+// Package worker builds the Temporal worker that runs RetryWorkflow, BreakerWorkflow and their
+// activities.
 package worker
 
 import (
@@ -59,7 +60,7 @@ func (o Options) withDefaults() Options {
 	return o
 }
 
-// New registers RetryWorkflow and the activities on a worker for the task queue; the caller
+// New registers the workflows and the activities on a worker for the task queue; the caller
 // runs it (Start/Stop or Run).
 func New(c client.Client, o Options, acts *activities.Activities) sdkworker.Worker {
 	o = o.withDefaults()
@@ -85,4 +86,5 @@ func SDKOptions(o Options) sdkworker.Options {
 // RegisterWorkflows puts the workflows on a registry: a worker, or a replayer in tests.
 func RegisterWorkflows(r sdkworker.WorkflowRegistry) {
 	r.RegisterWorkflowWithOptions(workflows.RetryWorkflow, workflow.RegisterOptions{Name: workflows.RetryWorkflowName})
+	r.RegisterWorkflowWithOptions(workflows.BreakerWorkflow, workflow.RegisterOptions{Name: workflows.BreakerWorkflowName})
 }

@@ -38,8 +38,8 @@ type LegalAction struct {
 // workflow's signal handlers and update validators, and the ops API's pre-checks, all ask
 // ActionRefusal, which adds the rule per kind of item (a truncated parked delivery).
 var LegalActions = []LegalAction{
-	{Signal: SignalRetryNow, Update: UpdateRetryNow, In: []Status{StatusScheduled, StatusDead}},
-	{Signal: SignalSkip, Update: UpdateSkip, In: []Status{StatusScheduled}},
+	{Signal: SignalRetryNow, Update: UpdateRetryNow, In: []Status{StatusScheduled, StatusHeld, StatusDead}},
+	{Signal: SignalSkip, Update: UpdateSkip, In: []Status{StatusScheduled, StatusHeld}},
 	{Signal: SignalResolve, Update: UpdateResolve, In: []Status{StatusDead}},
 	{Signal: SignalDiscard, Update: UpdateDiscard, In: []Status{StatusDead}},
 }

@@ -14,11 +14,11 @@ import (
 )
 
 func TestActionRefusalIsTheTable(t *testing.T) {
-	statuses := []Status{StatusScheduled, StatusRepublishing, StatusAwaitingOutcome, StatusDead,
+	statuses := []Status{StatusScheduled, StatusRepublishing, StatusAwaitingOutcome, StatusHeld, StatusDead,
 		StatusDelivered, StatusResolved, StatusDiscarded, StatusExpired}
 	legal := map[string][]Status{
-		SignalRetryNow: {StatusScheduled, StatusDead},
-		SignalSkip:     {StatusScheduled},
+		SignalRetryNow: {StatusScheduled, StatusHeld, StatusDead},
+		SignalSkip:     {StatusScheduled, StatusHeld},
 		SignalResolve:  {StatusDead},
 		SignalDiscard:  {StatusDead},
 	}

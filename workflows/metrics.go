@@ -1,6 +1,6 @@
 package workflows
 
-// Counters RetryWorkflow emits through workflow.GetMetricsHandler (replay-safe), labelled by
+// Counters the workflows emit through workflow.GetMetricsHandler (replay-safe), labelled by
 // the tag "queue" (the original queue). metrics.TemporalHandler routes them to Prometheus.
 const (
 	// MetricRetriesScheduled counts retries scheduled: a failure that starts a delay, or an
@@ -8,4 +8,7 @@ const (
 	MetricRetriesScheduled = "retries_scheduled_total"
 	// MetricRetriesExhausted counts messages moved to manual review after max retries.
 	MetricRetriesExhausted = "retries_exhausted_total"
+	// MetricBreakerTransitions counts BreakerWorkflow's transitions, tagged "queue" and "to"
+	// (the BreakerMode entered).
+	MetricBreakerTransitions = "breaker_transitions_total"
 )

@@ -79,11 +79,16 @@ type retryRun struct {
 	retention time.Duration
 
 	reports, retryNow, skip, resolve, discard workflow.ReceiveChannel
+	// releases carries a breaker's (or an operator's) Release of a held retry.
+	releases workflow.ReceiveChannel
 	// actions carries the operator updates (*actionRequest) from their handlers to the loop,
 	// which applies them where it applies the signals.
 	actions workflow.Channel
 	// lastKey is the key of the most recent republish: a report that names another key is stale.
 	lastKey string
+	// released is set when the next republish was let go (a breaker's release, an operator's
+	// retry-now): it goes out whatever the destination's breaker says.
+	released bool
 	// delayedStart is set while the first report of a run started with a start delay is taken
 	// (Input.StartDelay): it was accepted at the run's start, and the start set the search
 	// attributes of the scheduled retry.
@@ -96,6 +101,7 @@ func (r *retryRun) setup() error {
 	r.skip = workflow.GetSignalChannel(r.ctx, SignalSkip)
 	r.resolve = workflow.GetSignalChannel(r.ctx, SignalResolve)
 	r.discard = workflow.GetSignalChannel(r.ctx, SignalDiscard)
+	r.releases = workflow.GetSignalChannel(r.ctx, SignalRelease)
 	if err := workflow.SetQueryHandler(r.ctx, QueryState, func() (State, error) { return r.state, nil }); err != nil {
 		return fmt.Errorf("register %s query: %w", QueryState, err)
 	}
@@ -194,10 +200,12 @@ func (r *retryRun) act(signal string, a OperatorAction) string {
 	}
 	r.event(signal, a.Actor, a.Reason)
 	switch {
-	case signal == SignalRetryNow && s.Status == StatusScheduled:
+	case signal == SignalRetryNow && (s.Status == StatusScheduled || s.Status == StatusHeld):
 		s.Status = StatusRepublishing
+		r.released = true
 	case signal == SignalRetryNow && s.Status == StatusDead:
 		r.retryFromDead(a)
+		r.released = true
 	case signal == SignalSkip:
 		r.toDead(CauseSkipped, "skipped by "+a.Actor+": "+a.Reason)
 	case signal == SignalResolve:
@@ -288,6 +296,8 @@ func (r *retryRun) step() error {
 		r.republish()
 	case StatusAwaitingOutcome:
 		r.waitOutcome()
+	case StatusHeld:
+		r.waitHeld()
 	case StatusDead:
 		r.waitDead()
 	default:
@@ -386,10 +396,12 @@ func decide(s *State, rep message.FailureReport, now time.Time, pick func() poli
 	if !s.WindowStart.IsZero() {
 		start = s.WindowStart
 	}
-	d := policy.CurrentRules.Decide(s.Policy, rep.Failure, s.RetryCount, s.MaxRetries, now.Sub(start), u)
-	if old := policy.RulesUnknownCapEverywhere.Decide(s.Policy, rep.Failure, s.RetryCount, s.MaxRetries, now.Sub(start), u); old != d {
+	// Time held by the destination's breaker is not spent retrying: the window moves on by it.
+	elapsed := max(now.Sub(start)-s.HeldFor, 0)
+	d := policy.CurrentRules.Decide(s.Policy, rep.Failure, s.RetryCount, s.MaxRetries, elapsed, u)
+	if old := policy.RulesUnknownCapEverywhere.Decide(s.Policy, rep.Failure, s.RetryCount, s.MaxRetries, elapsed, u); old != d {
 		if rules := pick(); rules != policy.CurrentRules {
-			d = rules.Decide(s.Policy, rep.Failure, s.RetryCount, s.MaxRetries, now.Sub(start), u)
+			d = rules.Decide(s.Policy, rep.Failure, s.RetryCount, s.MaxRetries, elapsed, u)
 		}
 	}
 	if !s.WindowStart.IsZero() && d.Cause == policy.CauseMaxWindow {
@@ -432,13 +444,21 @@ func (r *retryRun) waitScheduled() {
 	}
 }
 
-// republish puts the message back on its queue as the next attempt.
+// republish puts the message back on its queue as the next attempt, unless its destination's
+// breaker holds it.
 func (r *retryRun) republish() {
 	s := &r.state
 	s.Sequence++
 	attempt := s.RetryCount + 1
 	key := RetryKey(s.Message.MessageID, s.Sequence)
 	in := activities.RepublishInput{Message: s.Message, Attempt: attempt, Key: key, ScheduledAt: s.NextRetryAt}
+	if r.underBreaker() {
+		in.Breaker, in.Released = r.breakerSettings(), r.released
+		if !s.HeldSince.IsZero() {
+			// A held retry is late on purpose: its lateness counts from when it was let go.
+			in.ScheduledAt = workflow.Now(r.ctx)
+		}
+	}
 	var acts *activities.Activities
 	var res activities.RepublishResult
 	err := workflow.ExecuteLocalActivity(workflow.WithLocalActivityOptions(r.ctx, republishOptions), acts.Republish, in).Get(r.ctx, &res)
@@ -455,6 +475,13 @@ func (r *retryRun) republish() {
 		r.toDead(cause, detail)
 		return
 	}
+	if res.Held {
+		s.Sequence-- // nothing went out: the attempt and its key are still to come
+		r.hold(res.HeldBy)
+		return
+	}
+	r.released = false
+	r.endHold()
 	s.RetryCount = attempt
 	r.lastKey = key
 	if n := len(s.Attempts); n > 0 {
@@ -493,6 +520,7 @@ func (r *retryRun) waitOutcome() {
 func (r *retryRun) toDead(cause, detail string) {
 	s := &r.state
 	now := workflow.Now(r.ctx)
+	r.endHold()
 	s.Status = StatusDead
 	s.DeadReason, s.DeadDetail, s.DeadAt = cause, detail, now
 	s.NextRetryAt = time.Time{}
@@ -587,6 +615,7 @@ func (r *retryRun) retryFromDead(a OperatorAction) {
 	s.NextRetryAt = workflow.Now(r.ctx)
 	if workflow.GetVersion(r.ctx, changeRetryOpensWindow, workflow.DefaultVersion, 1) != workflow.DefaultVersion {
 		s.WindowStart = s.NextRetryAt
+		s.HeldFor = 0 // held before the new window: not in it
 	}
 	s.Status = StatusRepublishing
 	r.count(MetricRetriesScheduled)

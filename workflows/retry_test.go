@@ -102,9 +102,11 @@ var transient = policy.Failure{Category: "transient", Reason: "503 from payments
 type retrySuite struct {
 	suite.Suite
 	testsuite.WorkflowTestSuite
-	env  *testsuite.TestWorkflowEnvironment
-	pub  *memPublisher
-	hist *fakeHistory
+	env     *testsuite.TestWorkflowEnvironment
+	pub     *memPublisher
+	hist    *fakeHistory
+	gate    *fakeGate
+	counter *fakeCounter
 }
 
 // fakeHistory stands in for Temporal's record of earlier runs.
@@ -119,10 +121,13 @@ func TestRetryWorkflow(t *testing.T) { suite.Run(t, new(retrySuite)) }
 func (s *retrySuite) SetupTest() {
 	s.pub = &memPublisher{unroutable: map[string]bool{}}
 	s.hist = &fakeHistory{}
+	s.gate = &fakeGate{}
+	s.counter = &fakeCounter{}
 	s.SetLogger(log.NewStructuredLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
 	s.env = s.NewTestWorkflowEnvironment()
 	s.env.RegisterWorkflowWithOptions(RetryWorkflow, workflow.RegisterOptions{Name: RetryWorkflowName})
-	s.env.RegisterActivity(&activities.Activities{Publisher: s.pub, History: s.hist, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	s.env.RegisterActivity(&activities.Activities{Publisher: s.pub, History: s.hist, Gate: s.gate, Counter: s.counter,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 }
 
 func (s *retrySuite) TearDownTest() { s.env.AssertExpectations(s.T()) }

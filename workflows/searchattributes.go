@@ -7,7 +7,7 @@ import "go.temporal.io/sdk/temporal"
 // registers them on the dev server and docker-compose.yml on its server (a devserver test
 // checks the two agree); add a new one to both.
 var (
-	// SAStatus is the lifecycle state: scheduled, republishing, awaiting-outcome, dead, delivered, resolved, discarded, expired.
+	// SAStatus is the lifecycle state: scheduled, republishing, awaiting-outcome, held, dead, delivered, resolved, discarded, expired.
 	SAStatus = temporal.NewSearchAttributeKeyKeyword("RetryStatus")
 	// SAOriginalQueue is the queue the message failed on.
 	SAOriginalQueue = temporal.NewSearchAttributeKeyKeyword("OriginalQueue")

@@ -11,7 +11,7 @@ import (
 // Status is where a message is in its lifecycle (README, "How it works").
 type Status string
 
-// The lifecycle states. The first four are live; the last four are terminal.
+// The lifecycle states. The first four (and StatusHeld) are live; the last four are terminal.
 const (
 	StatusScheduled       Status = "scheduled"
 	StatusRepublishing    Status = "republishing"
@@ -120,6 +120,14 @@ type State struct {
 	// WindowStart is when the policy's max window opened, when not at FirstFailureAt: an
 	// operator's retry from dead starts a new window.
 	WindowStart time.Time `json:"window_start,omitzero"`
+
+	// HeldSince is when the current hold by the destination's breaker began (status held);
+	// HeldBy is the breaker's mode then (open, half-open, paused).
+	HeldSince time.Time `json:"held_since,omitzero"`
+	HeldBy    string    `json:"held_by,omitempty"`
+	// HeldFor is the time held since the window opened: the policy's max window does not run
+	// while a destination is known to be down, so it is added to the window.
+	HeldFor time.Duration `json:"held_for,omitempty"`
 }
 
 // RetryKey is the idempotency key of republish number seq of a message.

@@ -10,7 +10,7 @@ func TestStatusTerminal(t *testing.T) {
 	for _, s := range []Status{StatusDelivered, StatusResolved, StatusDiscarded, StatusExpired} {
 		require.True(t, s.Terminal(), s)
 	}
-	for _, s := range []Status{StatusScheduled, StatusRepublishing, StatusAwaitingOutcome, StatusDead} {
+	for _, s := range []Status{StatusScheduled, StatusRepublishing, StatusAwaitingOutcome, StatusHeld, StatusDead} {
 		require.False(t, s.Terminal(), s)
 	}
 }

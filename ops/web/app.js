@@ -1,5 +1,5 @@
-// The operators' page: the retry queue, the dead letters and the recently delivered over the
-// JSON API (ops/README.md), no framework, no build.
+// The operators' page: the destinations' breakers, the retry queue, the dead letters and the
+// recently delivered over the JSON API (ops/README.md), no framework, no build.
 // Every value from the API is written with textContent, never as HTML.
 'use strict';
 
@@ -59,6 +59,8 @@ async function start() {
   const canAct = me.role === 'operator' || me.role === 'admin';
   $$('.act').forEach(el => { el.hidden = !canAct; });
   $$('.admin').forEach(el => { el.hidden = me.role !== 'admin'; });
+  // Breakers hold every tenant's retries to a destination: unscoped operators only.
+  $('#destinations').hidden = !(canAct && !me.tenant);
   await refreshAll();
 }
 
@@ -171,7 +173,8 @@ function render(t, data) {
     }
     if (t.kind === 'retry') {
       cell(tr, it.next_retry_at ? fmtTime(it.next_retry_at) : '—', 'when', it.next_retry_at || '');
-      cell(tr, it.status, 'status');
+      cell(tr, it.status, 'status' + (it.status === 'held' ? ' held' : ''),
+        it.status === 'held' ? 'due, and held by its destination\'s breaker: retried when it closes or resumes' : '');
     } else if (t.kind === 'dead') {
       const created = it.first_failure_at || it.started_at;
       cell(tr, fmtAbs(created), 'created', created || '');
@@ -183,7 +186,7 @@ function render(t, data) {
     actions.appendChild(button('Details', () => showDetail(it.id)));
     if (canAct && t.kind !== 'delivered') {
       if (t.kind === 'retry') {
-        if (it.status === 'scheduled') {
+        if (it.status === 'scheduled' || it.status === 'held') {
           actions.appendChild(button('Retry now', () => rowAction(it.id, 'retry')));
           actions.appendChild(button('Skip', () => rowAction(it.id, 'skip', 'Skip retry and move to Dead Letter Queue?')));
         }
@@ -214,12 +217,64 @@ async function refreshAll() {
   if (refreshing) return;
   refreshing = true;
   try {
-    await Promise.all(Object.values(tables).map(load));
+    const loads = Object.values(tables).map(load);
+    if (!$('#destinations').hidden) loads.push(loadBreakers());
+    await Promise.all(loads);
   } catch (e) {
     if (e.status !== 401) setProgress('Could not load: ' + e.message, true);
   } finally {
     refreshing = false;
   }
+}
+
+// ---- destinations ---------------------------------------------------------------------
+
+async function loadBreakers() {
+  const data = await api('GET', 'breakers');
+  const tbody = $('#br-table tbody');
+  tbody.replaceChildren();
+  const list = data.breakers || [];
+  for (const b of list) {
+    const tr = document.createElement('tr');
+    tr.dataset.queue = b.queue;
+    tr.className = 'mode-' + b.state;
+    cell(tr, b.queue, 'queue');
+    cell(tr, b.state, 'state', b.paused_by ? 'paused by ' + b.paused_by.actor + (b.paused_by.reason ? ': ' + b.paused_by.reason : '') : (b.state_error || ''));
+    cell(tr, fmtTime(b.since), 'when', b.since || '');
+    cell(tr, b.held, 'held', b.held_error || '');
+    const p = b.last_probe;
+    cell(tr, p ? fmtTime(p.at) + ': ' + (p.result || 'running') + ' (' + p.failed + '/' + p.released + ' failed)' : '—', 'probe');
+    cell(tr, (b.cooldown || '') + (b.cooldown_until ? ', probes ' + fmtTime(b.cooldown_until) : ''), 'cooldown');
+    const actions = document.createElement('td');
+    actions.className = 'actions';
+    if (b.state === 'paused') {
+      actions.appendChild(button('Resume', () => breakerAction(b.queue, 'resume')));
+    } else {
+      actions.appendChild(button('Pause', () => breakerAction(b.queue, 'pause')));
+    }
+    if (b.web_ui_url) actions.appendChild(viewLog(b.web_ui_url));
+    tr.appendChild(actions);
+    tbody.appendChild(tr);
+  }
+  $('#br-table').hidden = list.length === 0;
+  $('#br-empty').hidden = list.length > 0;
+  $('#br-count').textContent = '(' + list.length + (data.truncated ? '+' : '') + ')';
+}
+
+const breakerQuestions = {
+  pause: q => 'Pause ' + q + '? Its due retries are held until it is resumed.',
+  resume: q => 'Resume ' + q + '? Its held retries are released at the release rate.',
+};
+
+async function breakerAction(queue, action, reason) {
+  if (!window.confirm(breakerQuestions[action](queue))) return;
+  try {
+    const r = await api('POST', 'breakers/' + encodeURIComponent(queue) + '/' + action, reason ? { reason } : {});
+    setProgress((action === 'pause' ? 'Paused ' : 'Resumed ') + queue + ': now ' + r.breaker.state + ', ' + r.breaker.held + ' held.');
+  } catch (e) {
+    if (e.status !== 401) setProgress(e.message, true);
+  }
+  await refreshAll();
 }
 
 // ---- actions --------------------------------------------------------------------------
@@ -281,7 +336,7 @@ async function bulkAction(btn) {
 const filtered = {
   'replay': { path: 'dead-letters/replay', form: '#dl-filters', what: 'dead letter(s)', ask: n => 'Replay ' + n + ' dead letter(s) now?', doing: 'Replaying ', done: 'Replay' },
   'purge': { path: 'dead-letters/purge', form: '#dl-filters', what: 'dead letter(s)', ask: n => 'Permanently delete ' + n + ' dead letter(s)?', doing: 'Purging ', done: 'Purge' },
-  'retry-matching': { path: 'retry-queue/retry-matching', form: '#rq-filters', what: 'scheduled retr(ies)', ask: n => 'Retry ' + n + ' scheduled retr(ies) matching the filter now, on every page?', doing: 'Retrying ', done: 'Retry all matching' },
+  'retry-matching': { path: 'retry-queue/retry-matching', form: '#rq-filters', what: 'scheduled or held retr(ies)', ask: n => 'Retry ' + n + ' scheduled or held retr(ies) matching the filter now, on every page?', doing: 'Retrying ', done: 'Retry all matching' },
 };
 
 async function filteredAction(kind) {
@@ -294,9 +349,23 @@ async function filteredAction(kind) {
     const older = $('#replay-form [name=older_than]').value.trim();
     if (older) body.older_than = older;
   }
+  const canary = kind === 'replay' ? parseInt($('#replay-form [name=canary]').value, 10) || 0 : 0;
   try {
     const dry = await api('POST', k.path, Object.assign({ dry_run: true }, body));
     if (dry.count === 0) { setProgress('No ' + k.what + ' match.'); return; }
+    if (canary > 0) {
+      body.canary = canary;
+      const ratio = parseFloat($('#replay-form [name=max_failure_ratio]').value);
+      if (ratio > 0) body.max_failure_ratio = ratio;
+      if (!window.confirm('Replay ' + dry.count + ' dead letter(s), starting with a canary of ' + Math.min(canary, dry.count) + '?')) return;
+      setProgress('Replaying a canary of ' + Math.min(canary, dry.count) + ' and waiting for its outcomes…');
+      const c = await api('POST', k.path, body);
+      setProgress('Canary replay ' + (c.stopped ? 'stopped' : 'complete') + ': ' + c.replayed + '/' + c.count + ' replayed, ' +
+        c.delivered + ' delivered, ' + c.failed + ' failed again' + (c.unknown ? ', ' + c.unknown + ' not settled' : '') +
+        (c.reason ? '. ' + c.reason : '') + '.', c.stopped);
+      await refreshAll();
+      return;
+    }
     if (!window.confirm(k.ask(dry.count))) return;
     setProgress(k.doing + dry.count + ' ' + k.what + '…');
     const r = await api('POST', k.path, body);
@@ -398,6 +467,11 @@ document.addEventListener('DOMContentLoaded', () => {
   $('#replay').addEventListener('click', () => filteredAction('replay'));
   $('#purge').addEventListener('click', () => filteredAction('purge'));
   $('#rq-retry-matching').addEventListener('click', () => filteredAction('retry-matching'));
+  $('#br-pause-form').addEventListener('submit', ev => {
+    ev.preventDefault();
+    const f = ev.target.elements;
+    breakerAction(f.queue.value.trim(), 'pause', f.reason.value.trim());
+  });
   setInterval(() => {
     if ($('#auto-refresh').checked && !$('#app').hidden && !$('#detail').open) refreshAll();
   }, REFRESH_MS);

@@ -1,0 +1,128 @@
+//go:build integration
+
+package workflows_test
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	enumspb "go.temporal.io/api/enums/v1"
+	historypb "go.temporal.io/api/history/v1"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/converter"
+	"google.golang.org/protobuf/encoding/protojson"
+
+	"retry-scheduler/activities"
+	"retry-scheduler/devserver"
+	"retry-scheduler/message"
+	"retry-scheduler/policy"
+	"retry-scheduler/reporter"
+	"retry-scheduler/worker"
+	"retry-scheduler/workflows"
+)
+
+// holdingGate holds every destination: only a release lets a retry go.
+type holdingGate struct{}
+
+func (holdingGate) Holds(string) (string, bool) { return string(workflows.BreakerOpen), true }
+
+// A retry due while its destination's breaker is open is held on a real server: nothing is
+// published until the breaker's release, which goes out although the gate still holds. With
+// RECORD_HISTORIES set, the run's history is written there for the replay tests.
+func TestHeldRetryIsReleasedOnADevServer(t *testing.T) {
+	srv := devserver.StartForTest(t)
+	c := srv.DialForTest(t)
+
+	taskQueue := "held-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	msgID := taskQueue
+	pub := &memPublisher{}
+	acts := &activities.Activities{Publisher: pub, Gate: holdingGate{}, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	w := worker.New(c, worker.Options{TaskQueue: taskQueue, StopTimeout: time.Second}, acts)
+	require.NoError(t, w.Start())
+	defer w.Stop()
+
+	p := policy.Policy{
+		Name:        "held",
+		Backoff:     policy.Backoff{Kind: policy.Schedule, Delays: []time.Duration{100 * time.Millisecond}},
+		Jitter:      policy.Jitter{Mode: policy.NoJitter},
+		MaxRetries:  3,
+		QuietWindow: 2 * time.Second,
+		Breaker:     policy.Breaker{Probes: 1},
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	id := message.WorkflowID("orders", msgID)
+	reports := &reporter.Reporter{Client: c, TaskQueue: taskQueue, Retention: time.Minute}
+	require.NoError(t, reports.Report(ctx, message.FailureReport{
+		Message:         message.Message{MessageID: msgID, Payload: []byte("x"), OriginalQueue: "orders"},
+		Failure:         policy.Failure{Category: "transient", Reason: "503"},
+		Policy:          p,
+		DeadLetterQueue: "dead",
+	}))
+
+	waitForStatus(t, ctx, c, id, workflows.StatusHeld)
+	require.Empty(t, pub.published(), "nothing goes out while held")
+	v, err := c.QueryWorkflow(ctx, id, "", workflows.QueryState)
+	require.NoError(t, err)
+	var held workflows.State
+	require.NoError(t, v.Get(&held))
+	require.Equal(t, workflows.StatusHeld, held.Status)
+	require.Zero(t, held.Sequence)
+
+	require.NoError(t, c.SignalWorkflow(ctx, id, "", workflows.SignalRelease, workflows.Release{Probe: true, By: workflows.ReleasedBy}))
+	var res workflows.Result
+	require.NoError(t, c.GetWorkflow(ctx, id, "").Get(ctx, &res))
+	require.Equal(t, workflows.StatusDelivered, res.Status)
+	require.Equal(t, 1, res.RetryCount)
+	require.Equal(t, []string{msgID + ":1"}, pub.published())
+
+	recordHistory(t, ctx, c, id, "held-released-delivered")
+}
+
+// waitForStatus waits until the workflow's history shows its search attributes upserted with
+// status st. It long-polls the history, so each new event wakes it.
+func waitForStatus(t *testing.T, ctx context.Context, c client.Client, id string, st workflows.Status) {
+	t.Helper()
+	dc := converter.GetDefaultDataConverter()
+	it := c.GetWorkflowHistory(ctx, id, "", true, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+	for it.HasNext() {
+		e, err := it.Next()
+		require.NoError(t, err, "workflow %s: waiting for status %s", id, st)
+		if e.GetEventType() != enumspb.EVENT_TYPE_UPSERT_WORKFLOW_SEARCH_ATTRIBUTES {
+			continue
+		}
+		p := e.GetUpsertWorkflowSearchAttributesEventAttributes().GetSearchAttributes().GetIndexedFields()[workflows.SAStatus.GetName()]
+		var got string
+		if p != nil && dc.FromPayload(p, &got) == nil && got == string(st) {
+			return
+		}
+	}
+	t.Fatalf("workflow %s closed without status %s", id, st)
+}
+
+// recordHistory writes the workflow's history to $RECORD_HISTORIES/<name>.json; without the
+// variable it does nothing.
+func recordHistory(t *testing.T, ctx context.Context, c client.Client, id, name string) {
+	t.Helper()
+	dir := os.Getenv("RECORD_HISTORIES")
+	if dir == "" {
+		return
+	}
+	it := c.GetWorkflowHistory(ctx, id, "", false, 0)
+	h := &historypb.History{}
+	for it.HasNext() {
+		e, err := it.Next()
+		require.NoError(t, err)
+		h.Events = append(h.Events, e)
+	}
+	b, err := protojson.MarshalOptions{Indent: "  "}.Marshal(h)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(filepath.Join(dir, name+".json"), b, 0o644))
+}
