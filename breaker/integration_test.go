@@ -4,8 +4,6 @@ package breaker
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"testing"
 	"time"
@@ -29,9 +27,7 @@ import (
 func TestAgainstTemporal(t *testing.T) {
 	srv := devserver.StartForTest(t)
 	tc := srv.DialForTest(t)
-	b := make([]byte, 4)
-	_, _ = rand.Read(b)
-	tq := "breaker-" + hex.EncodeToString(b)
+	tq := devserver.UniqueName("breaker")
 	ctx := context.Background()
 	start := func(id, wf string, sa ...temporal.SearchAttributeUpdate) {
 		t.Helper()

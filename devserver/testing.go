@@ -2,6 +2,8 @@ package devserver
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -102,4 +104,12 @@ func (s *Server) DialForTest(tb testing.TB) client.Client {
 	}
 	tb.Cleanup(c.Close)
 	return c
+}
+
+// UniqueName is prefix-<8 random hex digits>: a task queue or queue name no other test run
+// on a shared server uses.
+func UniqueName(prefix string) string {
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	return prefix + "-" + hex.EncodeToString(b)
 }

@@ -6,8 +6,6 @@ package e2e
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"io"
@@ -83,9 +81,7 @@ func newStack(t *testing.T) *stack {
 // newStackOn is newStack on a given Temporal server (one the test owns, to kill it).
 func newStackOn(t *testing.T, temporal *devserver.Server) *stack {
 	t.Helper()
-	b := make([]byte, 4)
-	_, _ = rand.Read(b)
-	prefix := "e2e-" + hex.EncodeToString(b)
+	prefix := devserver.UniqueName("e2e")
 	s := &stack{t: t, prefix: prefix, ingress: prefix + ".retry", dlq: prefix + ".dead"}
 	s.temporal = temporal
 

@@ -4,8 +4,6 @@ package metrics
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"io"
 	"log/slog"
@@ -29,9 +27,7 @@ func TestDepthPollerAgainstTemporal(t *testing.T) {
 	srv := devserver.StartForTest(t)
 	tc := srv.DialForTest(t)
 
-	b := make([]byte, 4)
-	_, _ = rand.Read(b)
-	tq := "depth-" + hex.EncodeToString(b)
+	tq := devserver.UniqueName("depth")
 	now := time.Now()
 	ctx := context.Background()
 	n := 0

@@ -163,18 +163,28 @@ type ActionResponse struct {
 }
 
 func (a *API) postMessageAction(w http.ResponseWriter, r *http.Request) {
+	id, name, ok := splitAction(w, r, "POST /api/messages/{id}/{retry|skip|resolve|discard}")
+	if !ok {
+		return
+	}
+	act, ok := actionsByName[name]
+	if !ok {
+		writeError(w, http.StatusNotFound, fmt.Sprintf("unknown action %q (want retry, skip, resolve or discard)", name))
+		return
+	}
+	a.single(w, r, act, id)
+}
+
+// splitAction splits the path's {rest} into its target and its last segment, the action;
+// without both it answers 404 naming the route's shape (want).
+func splitAction(w http.ResponseWriter, r *http.Request, want string) (target, action string, ok bool) {
 	rest := r.PathValue("rest")
 	i := strings.LastIndex(rest, "/")
 	if i <= 0 {
-		writeError(w, http.StatusNotFound, "want POST /api/messages/{id}/{retry|skip|resolve|discard}")
-		return
+		writeError(w, http.StatusNotFound, "want "+want)
+		return "", "", false
 	}
-	act, ok := actionsByName[rest[i+1:]]
-	if !ok {
-		writeError(w, http.StatusNotFound, fmt.Sprintf("unknown action %q (want retry, skip, resolve or discard)", rest[i+1:]))
-		return
-	}
-	a.single(w, r, act, rest[:i])
+	return rest[:i], rest[i+1:], true
 }
 
 // deleteDeadLetter is DELETE of a dead letter: it discards it.

@@ -311,15 +311,13 @@ type BreakerRequest struct {
 
 // postBreakerAction answers POST /api/breakers/{queue}/{pause|resume}.
 func (a *API) postBreakerAction(w http.ResponseWriter, r *http.Request) {
-	rest := r.PathValue("rest")
-	i := strings.LastIndex(rest, "/")
-	if i <= 0 {
-		writeError(w, http.StatusNotFound, "want POST /api/breakers/{queue}/{pause|resume}")
+	target, actName, ok := splitAction(w, r, "POST /api/breakers/{queue}/{pause|resume}")
+	if !ok {
 		return
 	}
-	act, ok := breakerActions[rest[i+1:]]
+	act, ok := breakerActions[actName]
 	if !ok {
-		writeError(w, http.StatusNotFound, fmt.Sprintf("unknown breaker action %q (want pause or resume)", rest[i+1:]))
+		writeError(w, http.StatusNotFound, fmt.Sprintf("unknown breaker action %q (want pause or resume)", actName))
 		return
 	}
 	p := principalOf(r.Context())
@@ -327,7 +325,7 @@ func (a *API) postBreakerAction(w http.ResponseWriter, r *http.Request) {
 		fail(w, err)
 		return
 	}
-	queue, err := breakerQueue(rest[:i])
+	queue, err := breakerQueue(target)
 	if err != nil {
 		fail(w, err)
 		return

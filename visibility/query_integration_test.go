@@ -4,8 +4,6 @@ package visibility
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"testing"
 	"time"
@@ -28,9 +26,7 @@ func TestLiteralsAgainstTemporal(t *testing.T) {
 	srv := devserver.StartForTest(t)
 	tc := srv.DialForTest(t)
 
-	b := make([]byte, 4)
-	_, _ = rand.Read(b)
-	tq := "literal-" + hex.EncodeToString(b)
+	tq := devserver.UniqueName("literal")
 	ctx := context.Background()
 
 	matchable := []string{
