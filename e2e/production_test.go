@@ -82,8 +82,9 @@ func TestLongIDsOnALongQueueName(t *testing.T) {
 		assert.Equal(t, orders, st.Message.OriginalQueue)
 	}
 
-	// One workflow per message, found by the queue's search attribute.
-	query := fmt.Sprintf("%s = '%s'", workflows.SAOriginalQueue.GetName(), orders)
+	// One workflow per message, found by the queue's search attribute (the queue's breaker
+	// carries it too: it is another workflow type).
+	query := fmt.Sprintf("WorkflowType = '%s' AND %s = '%s'", workflows.RetryWorkflowName, workflows.SAOriginalQueue.GetName(), orders)
 	eventually(t, 30*time.Second, func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
