@@ -198,14 +198,25 @@ func TestBreakerMetricsFollowAPauseAndResume(t *testing.T) {
 	breaker := "/api/breakers/" + url.PathEscape(q)
 
 	api.must(200, opToken, "POST", breaker+"/pause", map[string]any{"reason": "metrics under a pause"})
-	s.publishRetry(message.RetryMessage{MessageID: "held-1", OriginalPayload: []byte("h"), OriginalQueue: q, ErrorReason: "503"})
-	id := message.WorkflowID(q, "held-1")
-	eventually(t, 30*time.Second, func() error {
-		if st := s.retryStatus(id); st != workflows.StatusHeld {
-			return fmt.Errorf("RetryStatus %q", st)
+	// The workers read the pause through visibility (BREAKER_REFRESH plus the store's lag), so
+	// a retry due at once may still go out: send one message after another until one is held.
+	var id string
+	for n := 1; id == ""; n++ {
+		require.LessOrEqual(t, n, 20, "no retry was held within 20 messages of the pause")
+		msgID := fmt.Sprintf("held-%d", n)
+		s.publishRetry(message.RetryMessage{MessageID: msgID, OriginalPayload: []byte("h"), OriginalQueue: q, ErrorReason: "503"})
+		wid := message.WorkflowID(q, msgID)
+		var st workflows.Status
+		eventually(t, 30*time.Second, func() error {
+			if st = s.retryStatus(wid); st != workflows.StatusHeld && st != workflows.StatusDelivered {
+				return fmt.Errorf("RetryStatus %q", st)
+			}
+			return nil
+		})
+		if st == workflows.StatusHeld {
+			id = wid
 		}
-		return nil
-	})
+	}
 	last := waitSeries(t, metricsURL, map[string]float64{
 		series("breaker_state", "queue", q, "state", "paused"):          1,
 		series("breaker_state", "queue", q, "state", "closed"):          0,
