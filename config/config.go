@@ -24,6 +24,7 @@ import (
 	"retry-scheduler/breaker"
 	"retry-scheduler/bridge"
 	"retry-scheduler/broker"
+	"retry-scheduler/buildinfo"
 	"retry-scheduler/policy"
 	"retry-scheduler/worker"
 	"retry-scheduler/workflows"
@@ -36,10 +37,13 @@ const (
 	ModeBridge = "bridge"
 )
 
-// Values of Breakers.
+// Values of on/off settings (BREAKERS, DEPTH_POLLER).
 const (
-	BreakersOn  = "on"
-	BreakersOff = "off"
+	On  = "on"
+	Off = "off"
+	// BreakersOn and BreakersOff are the values of Breakers.
+	BreakersOn  = On
+	BreakersOff = Off
 )
 
 // Values of APIAuth.
@@ -143,6 +147,11 @@ type Config struct {
 	// visibility counts, where the bridge runs. Env METRICS_INTERVAL, flag -metrics-interval.
 	// Defaults to DefaultMetricsInterval.
 	MetricsInterval time.Duration
+	// DepthPoller says whether this process refreshes the depth gauges (On or Off, where the
+	// bridge runs). Each poller's queries load Temporal visibility, so a deployment runs one:
+	// its ops process, with DEPTH_POLLER=off on the scaled bridges. Env DEPTH_POLLER, flag
+	// -depth-poller. Defaults to on.
+	DepthPoller string
 	// QueueType is the type of the queues this service declares: broker.QueueTypeClassic or
 	// broker.QueueTypeQuorum. Env QUEUE_TYPE, flag -queue-type. Defaults to classic.
 	QueueType string
@@ -191,20 +200,40 @@ type Config struct {
 	// (mutual TLS). Env RABBITMQ_CERT_FILE / RABBITMQ_KEY_FILE, flags -rabbitmq-cert-file /
 	// -rabbitmq-key-file. Defaults to "" (none).
 	RabbitMQCertFile, RabbitMQKeyFile string
-	// TemporalTLS is auto, true or false; auto means TLS when a CA file, client certificate,
+	// The Temporal connection's settings take Temporal's standard client names
+	// (temporalenv.go): the environment, or a profile of a TOML file (TEMPORAL_CONFIG_FILE,
+	// TEMPORAL_PROFILE) beneath it. Older names stay accepted as aliases.
+
+	// TemporalTLS is auto, true or false; auto means TLS when a CA, client certificate,
 	// server name or API key is set. Env TEMPORAL_TLS, flag -temporal-tls. Defaults to "auto".
 	TemporalTLS string
-	// TemporalCAFile is the PEM CA bundle that verifies Temporal's certificate. Env
-	// TEMPORAL_CA_FILE, flag -temporal-ca-file. Defaults to "" (the system roots).
-	TemporalCAFile string
-	// TemporalCertFile and TemporalKeyFile are the client certificate and key for mTLS.
-	// Env TEMPORAL_CERT_FILE / TEMPORAL_KEY_FILE, flags -temporal-cert-file /
-	// -temporal-key-file. Defaults to "" (none).
-	TemporalCertFile, TemporalKeyFile string
+	// TemporalCAFile (or TemporalCAData, PEM) is the CA bundle that verifies Temporal's
+	// certificate. Env TEMPORAL_TLS_SERVER_CA_CERT_PATH (alias TEMPORAL_CA_FILE) /
+	// TEMPORAL_TLS_SERVER_CA_CERT_DATA. Defaults to "" (the system roots).
+	TemporalCAFile, TemporalCAData string
+	// TemporalCertFile and TemporalKeyFile (or their PEM data) are the client certificate and
+	// key for mTLS. Env TEMPORAL_TLS_CLIENT_CERT_PATH / TEMPORAL_TLS_CLIENT_KEY_PATH (aliases
+	// TEMPORAL_CERT_FILE / TEMPORAL_KEY_FILE), TEMPORAL_TLS_CLIENT_CERT_DATA /
+	// TEMPORAL_TLS_CLIENT_KEY_DATA. Defaults to "" (none).
+	TemporalCertFile, TemporalKeyFile, TemporalCertData string
+	TemporalKeyData                                     Secret
 	// TemporalServerName is the name Temporal's certificate is verified against. Env
-	// TEMPORAL_SERVER_NAME, flag -temporal-server-name. Defaults to "" (the TEMPORAL_ADDRESS
-	// host).
+	// TEMPORAL_TLS_SERVER_NAME (alias TEMPORAL_SERVER_NAME). Defaults to "" (the
+	// TEMPORAL_ADDRESS host).
 	TemporalServerName string
+	// TemporalInsecureSkipVerify skips verifying Temporal's certificate (development only).
+	// Env TEMPORAL_TLS_DISABLE_HOST_VERIFICATION. Defaults to false.
+	TemporalInsecureSkipVerify bool
+	// TemporalAuthority is the gRPC :authority sent to Temporal. Env
+	// TEMPORAL_CLIENT_AUTHORITY. Defaults to "" (the address).
+	TemporalAuthority string
+	// TemporalGRPCMeta are gRPC headers sent on every call to Temporal, from the profile's
+	// grpc_meta (values may be credentials: never shown).
+	TemporalGRPCMeta map[string]Secret
+	// TemporalConfigFile and TemporalProfile name the TOML profile read beneath the
+	// environment. Env TEMPORAL_CONFIG_FILE (default: the user's temporalio/temporal.toml,
+	// when it exists) and TEMPORAL_PROFILE (default "default").
+	TemporalConfigFile, TemporalProfile string
 	// TemporalAPIKey is sent to Temporal as a bearer API key. Env TEMPORAL_API_KEY, flag
 	// -temporal-api-key. Defaults to "" (none).
 	TemporalAPIKey Secret
@@ -233,11 +262,15 @@ const (
 	// (signals do not end a start delay) short.
 	DefaultStartDelayMax   = 10 * time.Second
 	DefaultServiceName     = "retry-scheduler"
-	DefaultServiceVersion  = "dev"
 	DefaultLogLevel        = "info"
 	DefaultMetricsInterval = 15 * time.Second
 	DefaultReplayRate      = 20
 )
+
+// DefaultServiceVersion is this build's version (buildinfo.Info.Version: the stamped one, else
+// what the go command recorded, else "dev"), so that dead letters and the startup log name
+// the running build unless SERVICE_VERSION says otherwise.
+var DefaultServiceVersion = buildinfo.Get().Version
 
 // Default returns the configuration with every default.
 func Default() Config {
@@ -268,6 +301,7 @@ func Default() Config {
 		ServiceVersion:    DefaultServiceVersion,
 		LogLevel:          DefaultLogLevel,
 		MetricsInterval:   DefaultMetricsInterval,
+		DepthPoller:       On,
 		QueueType:         broker.QueueTypeClassic,
 		Breakers:          BreakersOn,
 		BreakerRefresh:    breaker.DefaultRefresh,
@@ -294,6 +328,18 @@ func Load(args []string, lookupEnv func(string) (string, bool)) (Config, error) 
 		return Config{}, err
 	}
 	var errs []error
+	// Temporal's client profile lies beneath the environment and flags: the two settings that
+	// name it are read first, the profile applied, then every setting on top.
+	for _, s := range list {
+		if s.env == "TEMPORAL_CONFIG_FILE" || s.env == "TEMPORAL_PROFILE" {
+			if err := s.load(flags, lookupEnv); err != nil {
+				return Config{}, err
+			}
+		}
+	}
+	if err := c.applyTemporalProfile(); err != nil {
+		return Config{}, err
+	}
 	for _, s := range list {
 		if err := s.load(flags, lookupEnv); err != nil {
 			errs = append(errs, err)
@@ -390,6 +436,12 @@ func Usage(w io.Writer) {
 		}
 		fmt.Fprintf(w, "\n    \t%s (default %q)\n", s.usage, s.value.String())
 	}
+}
+
+// RunsDepthPoller reports whether this process refreshes the depth gauges: where a bridge
+// runs, unless DEPTH_POLLER=off.
+func (c Config) RunsDepthPoller() bool {
+	return (c.Mode == ModeAll || c.Mode == ModeBridge) && c.DepthPoller == On
 }
 
 // BreakersEnabled reports whether the per-destination circuit breakers are on.

@@ -59,6 +59,7 @@ func TestDefaults(t *testing.T) {
 		MetricsInterval:   15 * time.Second,
 		QueueType:         "classic",
 		Breakers:          "on",
+		DepthPoller:       "on",
 		BreakerRefresh:    500 * time.Millisecond,
 		BreakerFlush:      time.Second,
 		APIAuth:           "tokens",
@@ -110,6 +111,7 @@ func TestEnvAndFlags(t *testing.T) {
 		{"TEMPORAL_UI_URL", "http://ui:8233/", "temporal-ui-url", "https://ui.example", func(c Config) any { return c.TemporalUIURL }, "http://ui:8233", "https://ui.example"},
 		{"LOG_LEVEL", "DEBUG", "log-level", "warn", func(c Config) any { return c.LogLevel }, "debug", "warn"},
 		{"METRICS_INTERVAL", "30s", "metrics-interval", "1m", func(c Config) any { return c.MetricsInterval }, 30 * time.Second, time.Minute},
+		{"DEPTH_POLLER", "Off", "depth-poller", "on", func(c Config) any { return c.DepthPoller }, "off", "on"},
 		{"QUEUE_TYPE", "quorum", "queue-type", "classic", func(c Config) any { return c.QueueType }, "quorum", "classic"},
 		{"BREAKERS", "OFF", "breakers", "on", func(c Config) any { return [2]any{c.Breakers, c.BreakersEnabled()} }, [2]any{"off", false}, [2]any{"on", true}},
 		{"BREAKER_REFRESH", "2s", "breaker-refresh", "250ms", func(c Config) any { return c.BreakerRefresh }, 2 * time.Second, 250 * time.Millisecond},
@@ -138,7 +140,7 @@ func TestEnvAndFlags(t *testing.T) {
 	}
 	for _, st := range allSettings() {
 		// The security settings need files and each other: TestSecurityEnvAndFlags has them.
-		assert.True(t, covered[st.env] || securityTested[st.env], "setting %s has no test", st.env)
+		assert.True(t, covered[st.env] || securityTested[st.env] || profileTested[st.env], "setting %s has no test", st.env)
 	}
 }
 

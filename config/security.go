@@ -32,10 +32,17 @@ func (c *Config) securitySettings() []setting {
 		{"RABBITMQ_CERT_FILE", "PEM client certificate for amqps (with RABBITMQ_KEY_FILE)", (*text)(&c.RabbitMQCertFile)},
 		{"RABBITMQ_KEY_FILE", "PEM private key of the client certificate", (*text)(&c.RabbitMQKeyFile)},
 		{"TEMPORAL_TLS", "TLS to Temporal: auto (when a CA, certificate, server name or API key is set), true or false", (*tlsMode)(&c.TemporalTLS)},
-		{"TEMPORAL_CA_FILE", "PEM CA bundle that signed Temporal's certificate; empty: the system roots", (*text)(&c.TemporalCAFile)},
-		{"TEMPORAL_CERT_FILE", "PEM client certificate for mTLS to Temporal (with TEMPORAL_KEY_FILE)", (*text)(&c.TemporalCertFile)},
-		{"TEMPORAL_KEY_FILE", "PEM private key of the Temporal client certificate", (*text)(&c.TemporalKeyFile)},
-		{"TEMPORAL_SERVER_NAME", "name to verify Temporal's certificate against; empty: the TEMPORAL_ADDRESS host", (*text)(&c.TemporalServerName)},
+		{"TEMPORAL_TLS_SERVER_CA_CERT_PATH", "PEM CA bundle that signed Temporal's certificate; empty: the system roots", (*text)(&c.TemporalCAFile)},
+		{"TEMPORAL_TLS_SERVER_CA_CERT_DATA", "the same CA bundle as PEM text", (*text)(&c.TemporalCAData)},
+		{"TEMPORAL_TLS_CLIENT_CERT_PATH", "PEM client certificate for mTLS to Temporal (with TEMPORAL_TLS_CLIENT_KEY_PATH)", (*text)(&c.TemporalCertFile)},
+		{"TEMPORAL_TLS_CLIENT_CERT_DATA", "the client certificate as PEM text", (*text)(&c.TemporalCertData)},
+		{"TEMPORAL_TLS_CLIENT_KEY_PATH", "PEM private key of the Temporal client certificate", (*text)(&c.TemporalKeyFile)},
+		{"TEMPORAL_TLS_CLIENT_KEY_DATA", "the client key as PEM text (secret: prefer the environment)", &c.TemporalKeyData},
+		{"TEMPORAL_TLS_SERVER_NAME", "name to verify Temporal's certificate against; empty: the TEMPORAL_ADDRESS host", (*text)(&c.TemporalServerName)},
+		{"TEMPORAL_TLS_DISABLE_HOST_VERIFICATION", "skip verifying Temporal's certificate (development only)", (*boolean)(&c.TemporalInsecureSkipVerify)},
+		{"TEMPORAL_CLIENT_AUTHORITY", "gRPC :authority sent to Temporal; empty: the address", (*text)(&c.TemporalAuthority)},
+		{"TEMPORAL_CONFIG_FILE", "Temporal client TOML file read beneath the environment; empty: the user's temporalio/temporal.toml when it exists", (*text)(&c.TemporalConfigFile)},
+		{"TEMPORAL_PROFILE", "profile of that file (default \"default\"; a named one must exist)", (*text)(&c.TemporalProfile)},
 		{"TEMPORAL_API_KEY", "API key sent to Temporal (secret: prefer the environment)", &c.TemporalAPIKey},
 		{"PAYLOAD_KEYS", "AES-256 keys that encrypt Temporal payloads: id=base64key,... (secret: prefer the environment)", (*payloadKeys)(&c.PayloadKeys)},
 		{"PAYLOAD_KEY_ID", "id of the PAYLOAD_KEYS key that encrypts new payloads; empty: the only key", (*text)(&c.PayloadKeyID)},
@@ -104,8 +111,10 @@ func (c Config) validateSecurity() []error {
 	}
 	if c.TemporalTLS == TLSOff {
 		for env, v := range map[string]string{
-			"TEMPORAL_CA_FILE": c.TemporalCAFile, "TEMPORAL_CERT_FILE": c.TemporalCertFile,
-			"TEMPORAL_KEY_FILE": c.TemporalKeyFile, "TEMPORAL_SERVER_NAME": c.TemporalServerName,
+			"TEMPORAL_TLS_SERVER_CA_CERT_PATH": c.TemporalCAFile, "TEMPORAL_TLS_SERVER_CA_CERT_DATA": c.TemporalCAData,
+			"TEMPORAL_TLS_CLIENT_CERT_PATH": c.TemporalCertFile, "TEMPORAL_TLS_CLIENT_CERT_DATA": c.TemporalCertData,
+			"TEMPORAL_TLS_CLIENT_KEY_PATH": c.TemporalKeyFile, "TEMPORAL_TLS_CLIENT_KEY_DATA": string(c.TemporalKeyData),
+			"TEMPORAL_TLS_SERVER_NAME": c.TemporalServerName,
 		} {
 			if v != "" {
 				bad("%s: set, but TEMPORAL_TLS is false", env)
@@ -160,7 +169,11 @@ func (c Config) RabbitMQTLS() (*tls.Config, error) {
 	if c.RabbitMQCAFile == "" && c.RabbitMQCertFile == "" && c.RabbitMQKeyFile == "" {
 		return nil, nil
 	}
-	return loadTLS("RABBITMQ", c.RabbitMQCAFile, c.RabbitMQCertFile, c.RabbitMQKeyFile, "")
+	return loadTLS(tlsSource{
+		ca:   pemSource{fileEnv: "RABBITMQ_CA_FILE", file: c.RabbitMQCAFile},
+		cert: pemSource{fileEnv: "RABBITMQ_CERT_FILE", file: c.RabbitMQCertFile},
+		key:  pemSource{fileEnv: "RABBITMQ_KEY_FILE", file: c.RabbitMQKeyFile},
+	}, "")
 }
 
 // TemporalTLSEnabled reports whether the Temporal connection uses TLS.
@@ -171,8 +184,9 @@ func (c Config) TemporalTLSEnabled() bool {
 	case TLSOff:
 		return false
 	}
-	return c.TemporalCAFile != "" || c.TemporalCertFile != "" || c.TemporalKeyFile != "" ||
-		c.TemporalServerName != "" || c.TemporalAPIKey != ""
+	return c.TemporalCAFile != "" || c.TemporalCAData != "" || c.TemporalCertFile != "" || c.TemporalCertData != "" ||
+		c.TemporalKeyFile != "" || c.TemporalKeyData != "" || c.TemporalServerName != "" || c.TemporalAPIKey != "" ||
+		c.TemporalInsecureSkipVerify
 }
 
 // TemporalTLSConfig is the TLS configuration for Temporal, nil when TLS is off.
@@ -180,38 +194,89 @@ func (c Config) TemporalTLSConfig() (*tls.Config, error) {
 	if !c.TemporalTLSEnabled() {
 		return nil, nil
 	}
-	return loadTLS("TEMPORAL", c.TemporalCAFile, c.TemporalCertFile, c.TemporalKeyFile, c.TemporalServerName)
+	cfg, err := loadTLS(tlsSource{
+		ca:   pemSource{"TEMPORAL_TLS_SERVER_CA_CERT_PATH", c.TemporalCAFile, "TEMPORAL_TLS_SERVER_CA_CERT_DATA", c.TemporalCAData},
+		cert: pemSource{"TEMPORAL_TLS_CLIENT_CERT_PATH", c.TemporalCertFile, "TEMPORAL_TLS_CLIENT_CERT_DATA", c.TemporalCertData},
+		key:  pemSource{"TEMPORAL_TLS_CLIENT_KEY_PATH", c.TemporalKeyFile, "TEMPORAL_TLS_CLIENT_KEY_DATA", c.TemporalKeyData.Reveal()},
+	}, c.TemporalServerName)
+	if err != nil {
+		return nil, err
+	}
+	cfg.InsecureSkipVerify = c.TemporalInsecureSkipVerify
+	return cfg, nil
 }
 
+// pemSource is one PEM input of a TLS configuration: a file or the PEM text itself, each
+// named by its setting for error messages.
+type pemSource struct {
+	fileEnv, file, dataEnv, data string
+}
+
+func (p pemSource) set() bool { return p.file != "" || p.data != "" }
+
+// read returns the PEM bytes; errors name the setting, never key material.
+func (p pemSource) read() ([]byte, string, error) {
+	switch {
+	case p.file != "" && p.data != "":
+		return nil, p.fileEnv, fmt.Errorf("%s: set together with %s; give one", p.fileEnv, p.dataEnv)
+	case p.data != "":
+		return []byte(p.data), p.dataEnv, nil
+	}
+	b, err := os.ReadFile(p.file)
+	if err != nil {
+		return nil, p.fileEnv, fmt.Errorf("%s: %w", p.fileEnv, err)
+	}
+	return b, p.fileEnv, nil
+}
+
+// tlsSource are the PEM inputs of a client TLS configuration.
+type tlsSource struct{ ca, cert, key pemSource }
+
 // loadTLS builds a client TLS configuration (TLS 1.2 or later), naming the setting at fault.
-func loadTLS(prefix, caFile, certFile, keyFile, serverName string) (*tls.Config, error) {
+func loadTLS(src tlsSource, serverName string) (*tls.Config, error) {
 	cfg := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: serverName}
-	if caFile != "" {
-		pem, err := os.ReadFile(caFile)
+	if src.ca.set() {
+		pem, name, err := src.ca.read()
 		if err != nil {
-			return nil, fmt.Errorf("%s_CA_FILE: %w", prefix, err)
+			return nil, err
 		}
 		pool := x509.NewCertPool()
 		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("%s_CA_FILE: %s holds no PEM certificate", prefix, caFile)
+			return nil, fmt.Errorf("%s: %s holds no PEM certificate", name, describe(src.ca, name))
 		}
 		cfg.RootCAs = pool
 	}
 	switch {
-	case certFile == "" && keyFile == "":
-	case certFile == "":
-		return nil, fmt.Errorf("%s_CERT_FILE: must be set with %s_KEY_FILE", prefix, prefix)
-	case keyFile == "":
-		return nil, fmt.Errorf("%s_KEY_FILE: must be set with %s_CERT_FILE", prefix, prefix)
+	case !src.cert.set() && !src.key.set():
+	case !src.cert.set():
+		return nil, fmt.Errorf("%s: must be set with %s", src.cert.fileEnv, src.key.fileEnv)
+	case !src.key.set():
+		return nil, fmt.Errorf("%s: must be set with %s", src.key.fileEnv, src.cert.fileEnv)
 	default:
-		// tls.LoadX509KeyPair's errors name files and formats, never key material.
-		pair, err := tls.LoadX509KeyPair(certFile, keyFile)
+		certPEM, certName, err := src.cert.read()
 		if err != nil {
-			return nil, fmt.Errorf("%s_CERT_FILE/%s_KEY_FILE: %w", prefix, prefix, err)
+			return nil, err
+		}
+		keyPEM, keyName, err := src.key.read()
+		if err != nil {
+			return nil, err
+		}
+		// tls.X509KeyPair's errors name formats, never key material.
+		pair, err := tls.X509KeyPair(certPEM, keyPEM)
+		if err != nil {
+			return nil, fmt.Errorf("%s/%s: %w", certName, keyName, err)
 		}
 		cfg.Certificates = []tls.Certificate{pair}
 	}
 	return cfg, nil
+}
+
+// describe names a PEM input in an error: its file, or "the text" for inline PEM.
+func describe(p pemSource, name string) string {
+	if name == p.dataEnv {
+		return "the text"
+	}
+	return p.file
 }
 
 // PayloadCodec is the payload encryption codec from PAYLOAD_KEYS and PAYLOAD_KEY_ID; nil when

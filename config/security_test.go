@@ -39,6 +39,19 @@ func b64Key(t testing.TB) string {
 	return base64.StdEncoding.EncodeToString(k)
 }
 
+// read is a test file's text without surrounding space (settings trim it); "" for no file
+// (securityTested lists the cases without files).
+func read(path string) string {
+	if path == "" {
+		return ""
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		panic(err)
+	}
+	return strings.TrimSpace(string(b))
+}
+
 type securityCase struct {
 	env, flag string
 	// base is the environment the setting needs to be valid (its partner settings).
@@ -61,10 +74,15 @@ func securityCases(f Files) []securityCase {
 		{"RABBITMQ_CERT_FILE", "rabbitmq-cert-file", append([]string{"RABBITMQ_KEY_FILE", f.ClientKey}, amqps...), f.ClientCert, f.ClientCert, func(c Config) any { return c.RabbitMQCertFile }, f.ClientCert, f.ClientCert},
 		{"RABBITMQ_KEY_FILE", "rabbitmq-key-file", append([]string{"RABBITMQ_CERT_FILE", f.ClientCert}, amqps...), f.ClientKey, f.ClientKey, func(c Config) any { return c.RabbitMQKeyFile }, f.ClientKey, f.ClientKey},
 		{"TEMPORAL_TLS", "temporal-tls", nil, "TRUE", "false", func(c Config) any { return c.TemporalTLS }, "true", "false"},
-		{"TEMPORAL_CA_FILE", "temporal-ca-file", nil, f.CA, f.CA, func(c Config) any { return c.TemporalCAFile }, f.CA, f.CA},
-		{"TEMPORAL_CERT_FILE", "temporal-cert-file", []string{"TEMPORAL_KEY_FILE", f.ClientKey}, f.ClientCert, f.ClientCert, func(c Config) any { return c.TemporalCertFile }, f.ClientCert, f.ClientCert},
-		{"TEMPORAL_KEY_FILE", "temporal-key-file", []string{"TEMPORAL_CERT_FILE", f.ClientCert}, f.ClientKey, f.ClientKey, func(c Config) any { return c.TemporalKeyFile }, f.ClientKey, f.ClientKey},
-		{"TEMPORAL_SERVER_NAME", "temporal-server-name", nil, "t.env", "t.flag", func(c Config) any { return c.TemporalServerName }, "t.env", "t.flag"},
+		{"TEMPORAL_TLS_SERVER_CA_CERT_PATH", "temporal-tls-server-ca-cert-path", nil, f.CA, f.CA, func(c Config) any { return c.TemporalCAFile }, f.CA, f.CA},
+		{"TEMPORAL_TLS_SERVER_CA_CERT_DATA", "temporal-tls-server-ca-cert-data", nil, read(f.CA), read(f.CA) + "\n", func(c Config) any { return c.TemporalCAData }, read(f.CA), read(f.CA)},
+		{"TEMPORAL_TLS_CLIENT_CERT_PATH", "temporal-tls-client-cert-path", []string{"TEMPORAL_TLS_CLIENT_KEY_PATH", f.ClientKey}, f.ClientCert, f.ClientCert, func(c Config) any { return c.TemporalCertFile }, f.ClientCert, f.ClientCert},
+		{"TEMPORAL_TLS_CLIENT_CERT_DATA", "temporal-tls-client-cert-data", []string{"TEMPORAL_TLS_CLIENT_KEY_PATH", f.ClientKey}, read(f.ClientCert), read(f.ClientCert) + "\n", func(c Config) any { return c.TemporalCertData }, read(f.ClientCert), read(f.ClientCert)},
+		{"TEMPORAL_TLS_CLIENT_KEY_PATH", "temporal-tls-client-key-path", []string{"TEMPORAL_TLS_CLIENT_CERT_PATH", f.ClientCert}, f.ClientKey, f.ClientKey, func(c Config) any { return c.TemporalKeyFile }, f.ClientKey, f.ClientKey},
+		{"TEMPORAL_TLS_CLIENT_KEY_DATA", "temporal-tls-client-key-data", []string{"TEMPORAL_TLS_CLIENT_CERT_PATH", f.ClientCert}, read(f.ClientKey), read(f.ClientKey) + "\n", func(c Config) any { return c.TemporalKeyData.Reveal() }, read(f.ClientKey), read(f.ClientKey)},
+		{"TEMPORAL_TLS_SERVER_NAME", "temporal-tls-server-name", nil, "t.env", "t.flag", func(c Config) any { return c.TemporalServerName }, "t.env", "t.flag"},
+		{"TEMPORAL_TLS_DISABLE_HOST_VERIFICATION", "temporal-tls-disable-host-verification", nil, "1", "false", func(c Config) any { return c.TemporalInsecureSkipVerify }, true, false},
+		{"TEMPORAL_CLIENT_AUTHORITY", "temporal-client-authority", nil, "a.env", "a.flag", func(c Config) any { return c.TemporalAuthority }, "a.env", "a.flag"},
 		{"TEMPORAL_API_KEY", "temporal-api-key", nil, "key-env", "key-flag", func(c Config) any { return c.TemporalAPIKey.Reveal() }, "key-env", "key-flag"},
 		{"PAYLOAD_KEYS", "payload-keys", nil, "k1=" + testKey1, "k2=" + testKey2, func(c Config) any { return c.PayloadKeys.Reveal() }, "k1=" + testKey1, "k2=" + testKey2},
 		{"PAYLOAD_KEY_ID", "payload-key-id", []string{"PAYLOAD_KEYS", keys}, "k1", "k2", func(c Config) any { return c.PayloadKeyID }, "k1", "k2"},
@@ -181,11 +199,11 @@ func TestSecurityRefusals(t *testing.T) {
 		{"rabbit key does not match", []string{"RABBITMQ_URL", amqps, "RABBITMQ_CERT_FILE", f.ClientCert, "RABBITMQ_KEY_FILE", f.ServerKey}, "RABBITMQ_CERT_FILE/RABBITMQ_KEY_FILE: tls: private key does not match public key"},
 		{"rabbit files with amqp", []string{"RABBITMQ_CA_FILE", f.CA}, "RABBITMQ_URL is amqp://, not amqps://"},
 		{"temporal TLS word", []string{"TEMPORAL_TLS", "maybe"}, `TEMPORAL_TLS: "maybe" is not auto, true or false`},
-		{"temporal CA missing", []string{"TEMPORAL_CA_FILE", missing}, "TEMPORAL_CA_FILE: open " + missing},
-		{"temporal CA not PEM", []string{"TEMPORAL_CA_FILE", notPEM}, "TEMPORAL_CA_FILE: " + notPEM + " holds no PEM certificate"},
-		{"temporal cert without key", []string{"TEMPORAL_CERT_FILE", f.ClientCert}, "TEMPORAL_KEY_FILE: must be set with TEMPORAL_CERT_FILE"},
-		{"temporal cert not PEM", []string{"TEMPORAL_CERT_FILE", notPEM, "TEMPORAL_KEY_FILE", f.ClientKey}, "TEMPORAL_CERT_FILE/TEMPORAL_KEY_FILE: tls: failed to find any PEM data in certificate input"},
-		{"temporal CA with TLS off", []string{"TEMPORAL_TLS", "false", "TEMPORAL_CA_FILE", f.CA}, "TEMPORAL_CA_FILE: set, but TEMPORAL_TLS is false"},
+		{"temporal CA missing", []string{"TEMPORAL_CA_FILE", missing}, "TEMPORAL_TLS_SERVER_CA_CERT_PATH: open " + missing},
+		{"temporal CA not PEM", []string{"TEMPORAL_CA_FILE", notPEM}, "TEMPORAL_TLS_SERVER_CA_CERT_PATH: " + notPEM + " holds no PEM certificate"},
+		{"temporal cert without key", []string{"TEMPORAL_CERT_FILE", f.ClientCert}, "TEMPORAL_TLS_CLIENT_KEY_PATH: must be set with TEMPORAL_TLS_CLIENT_CERT_PATH"},
+		{"temporal cert not PEM", []string{"TEMPORAL_CERT_FILE", notPEM, "TEMPORAL_KEY_FILE", f.ClientKey}, "TEMPORAL_TLS_CLIENT_CERT_PATH/TEMPORAL_TLS_CLIENT_KEY_PATH: tls: failed to find any PEM data in certificate input"},
+		{"temporal CA with TLS off", []string{"TEMPORAL_TLS", "false", "TEMPORAL_CA_FILE", f.CA}, "TEMPORAL_TLS_SERVER_CA_CERT_PATH: set, but TEMPORAL_TLS is false"},
 		{"API key in plaintext off loopback", []string{"TEMPORAL_TLS", "false", "TEMPORAL_ADDRESS", "temporal.prod:7233", "TEMPORAL_API_KEY", apiKey}, "TEMPORAL_API_KEY: TEMPORAL_TLS is false and TEMPORAL_ADDRESS \"temporal.prod:7233\" is not a loopback address"},
 		{"payload keys not base64", []string{"PAYLOAD_KEYS", "k1=" + secretKey[:30] + "*"}, `PAYLOAD_KEYS: key "k1" is not base64`},
 		{"payload key short", []string{"PAYLOAD_KEYS", "k1=" + base64.StdEncoding.EncodeToString([]byte("0123456789abcdef"))}, `PAYLOAD_KEYS: key "k1" is 16 bytes, want 32`},

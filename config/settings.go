@@ -37,6 +37,11 @@ var shortFlags = map[string][]string{
 	"TEMPORAL_TASK_QUEUE":   {"task-queue"},
 	"BRIDGE_PREFETCH":       {"prefetch"},
 	"DEAD_LETTER_RETENTION": {"retention"},
+	// The flags of the Temporal TLS settings' older names (envAliases).
+	"TEMPORAL_TLS_SERVER_CA_CERT_PATH": {"temporal-ca-file"},
+	"TEMPORAL_TLS_CLIENT_CERT_PATH":    {"temporal-cert-file"},
+	"TEMPORAL_TLS_CLIENT_KEY_PATH":     {"temporal-key-file"},
+	"TEMPORAL_TLS_SERVER_NAME":         {"temporal-server-name"},
 }
 
 // flag is the setting's flag: its variable in lower kebab case, without the _MS of a
@@ -57,16 +62,16 @@ func (s setting) load(flags map[string]given, lookupEnv func(string) (string, bo
 		}
 		return nil
 	}
-	v, ok := lookupEnv(s.env)
-	if !ok || strings.TrimSpace(v) == "" {
-		return nil
+	v, name, err := lookupWithAliases(s.env, lookupEnv)
+	if err != nil || v == "" {
+		return err
 	}
 	set := s.value.Set
 	if ev, ok := s.value.(envValue); ok {
 		set = ev.SetEnv
 	}
 	if err := set(v); err != nil {
-		return fmt.Errorf("%s: %w", s.env, err)
+		return fmt.Errorf("%s: %w", name, err)
 	}
 	return nil
 }
@@ -99,6 +104,7 @@ func (c *Config) settings() []setting {
 		{"SERVICE_VERSION", "the scheduler's version in its own dead letters and the startup log", (*text)(&c.ServiceVersion)},
 		{"LOG_LEVEL", "debug, info, warn or error", (*word)(&c.LogLevel)},
 		{"METRICS_INTERVAL", "how often depth gauges are refreshed from Temporal visibility", (*duration)(&c.MetricsInterval)},
+		{"DEPTH_POLLER", "refresh the depth gauges from Temporal visibility here: on or off (run one per deployment)", (*word)(&c.DepthPoller)},
 		{"QUEUE_TYPE", "type of declared queues: classic or quorum", (*word)(&c.QueueType)},
 		{"BREAKERS", "circuit breakers per destination: on or off (off: no retry is held or counted)", (*word)(&c.Breakers)},
 		{"BREAKER_REFRESH", "how often a worker lists the breakers that hold its retries", (*duration)(&c.BreakerRefresh)},

@@ -107,6 +107,11 @@ func (c Config) Validate() error {
 	if c.MetricsInterval <= 0 {
 		bad("METRICS_INTERVAL (%s) must be above 0", c.MetricsInterval)
 	}
+	switch c.DepthPoller {
+	case On, Off:
+	default:
+		bad("DEPTH_POLLER: unknown value %q (want on or off)", c.DepthPoller)
+	}
 	switch c.QueueType {
 	case broker.QueueTypeClassic, broker.QueueTypeQuorum:
 	default:

@@ -1,6 +1,7 @@
 package service
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 
@@ -16,10 +17,15 @@ import (
 const CodecPath = "/codec/"
 
 // TemporalOptions are the client options of cfg's Temporal connection: address, namespace,
-// TLS or mTLS, API key, and the payload codec when PAYLOAD_KEYS is set. The caller adds its
+// TLS or mTLS, API key, :authority and gRPC metadata (Temporal's standard client settings,
+// config/temporalenv.go), and the payload codec when PAYLOAD_KEYS is set. The caller adds its
 // logger and metrics handler. Errors name the setting at fault.
 func TemporalOptions(cfg config.Config) (client.Options, error) {
 	opts := client.Options{HostPort: cfg.TemporalAddress, Namespace: cfg.Namespace}
+	opts.ConnectionOptions.Authority = cfg.TemporalAuthority
+	if len(cfg.TemporalGRPCMeta) > 0 {
+		opts.HeadersProvider = grpcMeta(cfg.TemporalGRPCMeta)
+	}
 	tlsConfig, err := cfg.TemporalTLSConfig()
 	if err != nil {
 		return client.Options{}, err
@@ -43,6 +49,17 @@ func TemporalOptions(cfg config.Config) (client.Options, error) {
 		opts.DataConverter = converter.NewCodecDataConverter(converter.GetDefaultDataConverter(), pc)
 	}
 	return opts, nil
+}
+
+// grpcMeta sends a Temporal profile's grpc_meta on every call.
+type grpcMeta map[string]config.Secret
+
+func (m grpcMeta) GetHeaders(context.Context) (map[string]string, error) {
+	h := make(map[string]string, len(m))
+	for k, v := range m {
+		h[k] = v.Reveal()
+	}
+	return h, nil
 }
 
 // codecHandler is the codec endpoint, nil unless both PAYLOAD_KEYS and CODEC_TOKEN are set.

@@ -84,12 +84,12 @@ func TestTemporalBadCAFileRefused(t *testing.T) {
 	_, err := config.Load(nil, func(k string) (string, bool) {
 		return map[string]string{"TEMPORAL_CA_FILE": bad}[k], k == "TEMPORAL_CA_FILE"
 	})
-	require.ErrorContains(t, err, "TEMPORAL_CA_FILE: "+bad+" holds no PEM certificate")
+	require.ErrorContains(t, err, "TEMPORAL_TLS_SERVER_CA_CERT_PATH: "+bad+" holds no PEM certificate", "an older name is reported by its standard one")
 
 	cfg := config.Default()
 	cfg.TemporalCAFile = bad // as if Validate had been skipped
 	err = Run(context.Background(), cfg, slog.New(slog.DiscardHandler))
-	require.ErrorContains(t, err, "TEMPORAL_CA_FILE")
+	require.ErrorContains(t, err, "TEMPORAL_TLS_SERVER_CA_CERT_PATH")
 
 	cfg = config.Default()
 	cfg.RabbitMQURL = "amqps://u:p@127.0.0.1:1/"
@@ -105,6 +105,7 @@ type fakeFrontend struct {
 
 	mu       sync.Mutex
 	auth     []string
+	team     []string
 	clientCN []string
 }
 
@@ -129,6 +130,7 @@ func startFakeFrontend(t *testing.T, ca *brokertest.CA, requireClientCert bool) 
 			md, _ := metadata.FromIncomingContext(ctx)
 			f.mu.Lock()
 			f.auth = append(f.auth, md.Get("authorization")...)
+			f.team = append(f.team, md.Get("x-team")...)
 			if p, ok := peer.FromContext(ctx); ok {
 				if ti, ok := p.AuthInfo.(credentials.TLSInfo); ok && len(ti.State.PeerCertificates) > 0 {
 					f.clientCN = append(f.clientCN, ti.State.PeerCertificates[0].Subject.CommonName)
@@ -162,6 +164,37 @@ func TestTemporalDialSendsClientCertificateAndAPIKey(t *testing.T) {
 	front.mu.Lock()
 	defer front.mu.Unlock()
 	assert.Contains(t, front.auth, "Bearer api-key-over-tls")
+	assert.Contains(t, front.clientCN, "retry-scheduler-test-client")
+}
+
+// Temporal's standard client settings: TEMPORAL_TLS_* in the environment (PEM text here), and
+// a TOML profile beneath it whose grpc_meta goes out on every call.
+func TestTemporalDialWithStandardSettings(t *testing.T) {
+	ca := brokertest.NewCA(t, "temporal-test-ca")
+	dir := t.TempDir()
+	f := ca.WriteFiles(t, dir)
+	front := startFakeFrontend(t, ca, true)
+	pem := func(path string) string {
+		b, err := os.ReadFile(path)
+		require.NoError(t, err)
+		return string(b)
+	}
+	profile := filepath.Join(dir, "temporal.toml")
+	require.NoError(t, os.WriteFile(profile, []byte("[profile.prod]\naddress = \""+front.addr+"\"\napi_key = \"profile-api-key\"\n[profile.prod.grpc_meta]\nx-team = \"payments\"\n"), 0o600))
+
+	cfg := load(t, "TEMPORAL_CONFIG_FILE", profile, "TEMPORAL_PROFILE", "prod",
+		"TEMPORAL_TLS_SERVER_CA_CERT_DATA", pem(f.CA), "TEMPORAL_TLS_CLIENT_CERT_DATA", pem(f.ClientCert),
+		"TEMPORAL_TLS_CLIENT_KEY_DATA", pem(f.ClientKey))
+	opts, err := TemporalOptions(cfg)
+	require.NoError(t, err)
+	c, err := client.Dial(opts)
+	require.NoError(t, err)
+	c.Close()
+
+	front.mu.Lock()
+	defer front.mu.Unlock()
+	assert.Contains(t, front.auth, "Bearer profile-api-key")
+	assert.Contains(t, front.team, "payments")
 	assert.Contains(t, front.clientCN, "retry-scheduler-test-client")
 }
 
