@@ -377,3 +377,20 @@ func TestNewLogger(t *testing.T) {
 	assert.Contains(t, b.String(), `"msg":"shown"`)
 	assert.Contains(t, b.String(), `"token":"xxxxx"`)
 }
+
+// The depth poller runs where a bridge runs, unless DEPTH_POLLER=off: one per deployment.
+func TestRunsDepthPoller(t *testing.T) {
+	for _, tt := range []struct {
+		mode, poller string
+		want         bool
+	}{
+		{ModeAll, On, true}, {ModeBridge, On, true}, {ModeWorker, On, false},
+		{ModeAll, Off, false}, {ModeBridge, Off, false}, {ModeWorker, Off, false},
+	} {
+		c, err := Load([]string{tt.mode}, env("DEPTH_POLLER", tt.poller))
+		require.NoError(t, err)
+		assert.Equal(t, tt.want, c.RunsDepthPoller(), "%s with DEPTH_POLLER=%s", tt.mode, tt.poller)
+	}
+	_, err := Load(nil, env("DEPTH_POLLER", "sometimes"))
+	require.ErrorContains(t, err, `DEPTH_POLLER: unknown value "sometimes"`)
+}
