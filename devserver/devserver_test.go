@@ -137,7 +137,7 @@ func TestStartFailsFast(t *testing.T) {
 	assert.Contains(t, err.Error(), "boom")
 }
 
-// docker-compose.yml's temporal-admin-tools job registers the same attributes.
+// docker-compose.yml's temporal-namespace job registers the same attributes.
 func TestComposeRegistersSearchAttributes(t *testing.T) {
 	b, err := os.ReadFile(filepath.Join("..", "docker-compose.yml"))
 	require.NoError(t, err, "docker-compose.yml is part of the repository")
@@ -147,7 +147,7 @@ func TestComposeRegistersSearchAttributes(t *testing.T) {
 			line = l
 		}
 	}
-	require.NotEmpty(t, line, "docker-compose.yml: the `for sa in ...` loop of temporal-admin-tools")
+	require.NotEmpty(t, line, "docker-compose.yml: the `for sa in ...` loop of temporal-namespace")
 	got := strings.Fields(strings.TrimSuffix(strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(line), "for sa in")), "; do"))
 	assert.ElementsMatch(t, SearchAttributeFlags(), got)
 }

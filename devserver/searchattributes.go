@@ -8,7 +8,7 @@ import (
 )
 
 // SearchAttributeKeys are the custom search attributes the dev server registers: the
-// one place to add one (docker-compose.yml's temporal-admin-tools job lists them too).
+// one place to add one (docker-compose.yml's temporal-namespace job lists them too).
 var SearchAttributeKeys = []temporal.SearchAttributeKey{
 	workflows.SAStatus,
 	workflows.SAOriginalQueue,
