@@ -6,11 +6,17 @@ import (
 	"fmt"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
+	"go.opentelemetry.io/otel/trace"
 	"go.temporal.io/sdk/temporal"
 
 	"retry-scheduler/broker"
 	"retry-scheduler/deadletter"
 	"retry-scheduler/message"
+	"retry-scheduler/tracing"
 )
 
 // Republish puts the message back where it came from as retry in.Attempt: confirmed,
@@ -20,7 +26,12 @@ import (
 // failure is returned as is for Temporal to retry.
 // Under a breaker (in.Breaker), a retry whose destination's breaker holds is not published
 // (the result says Held) unless it was released; a confirmed one is counted towards it.
-func (a *Activities) Republish(ctx context.Context, in RepublishInput) (RepublishResult, error) {
+//
+// The publish has a producer span, a child of the activity's (the Temporal interceptor's,
+// when tracing is on), whose trace context replaces the traceparent the failed message
+// carried: the retry continues the trace of the report. With tracing off the headers go out
+// as they were stored.
+func (a *Activities) Republish(ctx context.Context, in RepublishInput) (res RepublishResult, err error) {
 	m := in.Message
 	exchange, key := m.OriginalExchange, m.OriginalRoutingKey
 	if key == "" {
@@ -28,6 +39,9 @@ func (a *Activities) Republish(ctx context.Context, in RepublishInput) (Republis
 	}
 	log := messageLogger(a.logger(), m).With("attempt", in.Attempt, "key", in.Key,
 		"queue", m.OriginalQueue, "exchange", exchange, "routing_key", key)
+
+	ctx, span := startRepublishSpan(ctx, in, exchange, key)
+	defer func() { endRepublishSpan(span, res, err) }()
 
 	if mode, held := a.holds(in); held {
 		a.Metrics.retryExecuted(m.OriginalQueue, StatusHeld)
@@ -42,6 +56,7 @@ func (a *Activities) Republish(ctx context.Context, in RepublishInput) (Republis
 		return RepublishResult{}, temporal.NewNonRetryableApplicationError(
 			fmt.Sprintf("republish message %q: %v", m.MessageID, err), ErrTypeInvalidMessage, err)
 	}
+	tracing.InjectAMQP(ctx, headers)
 	p := m.Properties
 	pub := amqp.Publishing{
 		Headers:         headers,
@@ -84,6 +99,56 @@ func (a *Activities) Republish(ctx context.Context, in RepublishInput) (Republis
 		log.Info("retry republished", "outcome", StatusSuccess, "lateness_ms", lateness.Milliseconds())
 	}
 	return RepublishResult{PublishedAt: publishedAt}, nil
+}
+
+// Span attributes of the scheduler's own, beside the messaging ones.
+const (
+	attrOriginalQueue = attribute.Key("retry_scheduler.original_queue")
+	attrAttempt       = attribute.Key("retry_scheduler.attempt")
+	attrRetryKey      = attribute.Key("retry_scheduler.retry_key")
+	attrHeldBy        = attribute.Key("retry_scheduler.held_by")
+)
+
+// tracerName is the activities' instrumentation scope.
+const tracerName = "retry-scheduler/activities"
+
+// startRepublishSpan starts the producer span of a republish, from the global tracer provider
+// (a no-op while tracing is off: no attribute is built for a span that does not record).
+// The destination is the exchange, "amq.default" for the default one, as RabbitMQ names it.
+func startRepublishSpan(ctx context.Context, in RepublishInput, exchange, key string) (context.Context, trace.Span) {
+	m := in.Message
+	ctx, span := otel.Tracer(tracerName).Start(ctx, "retry-scheduler.republish "+m.OriginalQueue, trace.WithSpanKind(trace.SpanKindProducer))
+	if span.IsRecording() {
+		dest := exchange
+		if dest == "" {
+			dest = "amq.default"
+		}
+		span.SetAttributes(
+			semconv.MessagingSystemRabbitMQ,
+			semconv.MessagingOperationTypeSend,
+			semconv.MessagingDestinationName(dest),
+			semconv.MessagingRabbitMQDestinationRoutingKey(key),
+			semconv.MessagingMessageID(m.MessageID),
+			attrOriginalQueue.String(m.OriginalQueue),
+			attrAttempt.Int(in.Attempt),
+			attrRetryKey.String(in.Key),
+		)
+	}
+	return ctx, span
+}
+
+// endRepublishSpan records a held retry or the error, and ends the span.
+func endRepublishSpan(span trace.Span, res RepublishResult, err error) {
+	if span.IsRecording() {
+		if res.Held {
+			span.SetAttributes(attrHeldBy.String(res.HeldBy))
+		}
+		if err != nil {
+			span.RecordError(err)
+			span.SetStatus(codes.Error, err.Error())
+		}
+	}
+	span.End()
 }
 
 // holds says whether the retry must wait for its destination's breaker, and the breaker's

@@ -8,8 +8,14 @@ import (
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
+	"go.opentelemetry.io/otel/trace"
 
 	"retry-scheduler/message"
+	"retry-scheduler/tracing"
 )
 
 // handle processes one entry and reports the outcome to the loop. The results channel has
@@ -20,7 +26,17 @@ func (s *session) handle(e *entry) {
 	s.results <- s.process(e)
 }
 
+// process handles one delivery inside its span (see startDeliverSpan).
 func (s *session) process(e *entry) result {
+	ctx, span := s.b.startDeliverSpan(s.ctx, e.d)
+	r := s.deliver(ctx, span, e)
+	endDeliverSpan(span, r)
+	return r
+}
+
+// deliver decodes the delivery and reports it to Temporal under ctx, the delivery span's
+// context, so that the start or signal the report makes continues the message's trace.
+func (s *session) deliver(spanCtx context.Context, span trace.Span, e *entry) result {
 	b, d := s.b, e.d
 	rep, err := Decode(DeliveryFrom(d), b.cfg.Decode)
 	if err != nil {
@@ -30,16 +46,24 @@ func (s *session) process(e *entry) result {
 		}
 		return s.deadLetter(e, pe)
 	}
+	if span.IsRecording() {
+		span.SetAttributes(
+			semconv.MessagingMessageID(rep.Message.MessageID),
+			attrOriginalQueue.String(rep.Message.OriginalQueue),
+			attrRetryCount.Int(rep.RetryCount),
+		)
+	}
 	log := withCorrelationID(b.log.With("message_id", rep.Message.MessageID, "original_queue", rep.Message.OriginalQueue,
 		"retry_count", rep.RetryCount), rep.Message.CorrelationID)
 
 	for {
-		ctx, cancel := context.WithTimeout(s.ctx, b.cfg.ReportTimeout)
+		ctx, cancel := context.WithTimeout(spanCtx, b.cfg.ReportTimeout)
 		err = b.reporter.Report(ctx, rep)
 		cancel()
 		if err == nil {
 			break
 		}
+		span.RecordError(err)
 		switch s.judge(err) {
 		case failPermanent:
 			return s.deadLetter(e, &PoisonError{
@@ -83,6 +107,50 @@ func (s *session) process(e *entry) result {
 	}
 	return r
 }
+
+// Span attributes of the scheduler's own, beside the messaging ones.
+const (
+	attrOriginalQueue = attribute.Key("retry_scheduler.original_queue")
+	attrRetryCount    = attribute.Key("retry_scheduler.retry_count")
+	attrOutcome       = attribute.Key("retry_scheduler.outcome")
+)
+
+// startDeliverSpan starts the consumer span of one delivery, a child of the trace context in
+// its headers (traceparent, tracestate), from the global tracer provider. While tracing is
+// off the provider and propagator are no-ops: no attribute is built for a span that does not
+// record.
+func (b *Bridge) startDeliverSpan(ctx context.Context, d amqp.Delivery) (context.Context, trace.Span) {
+	ctx = tracing.ExtractAMQP(ctx, d.Headers)
+	ctx, span := otel.Tracer(tracerName).Start(ctx, "retry-scheduler.deliver "+b.cfg.Queue, trace.WithSpanKind(trace.SpanKindConsumer))
+	if span.IsRecording() {
+		span.SetAttributes(
+			semconv.MessagingSystemRabbitMQ,
+			semconv.MessagingOperationTypeProcess,
+			semconv.MessagingDestinationName(b.cfg.Queue),
+			semconv.MessagingMessageID(d.MessageId),
+		)
+	}
+	return ctx, span
+}
+
+// endDeliverSpan records the delivery's outcome and ends its span. Any outcome but accepted
+// is an error status: the delivery was dead-lettered, held or left to the broker. (Each failed
+// report is an error event of the span already.)
+func endDeliverSpan(span trace.Span, r result) {
+	if span.IsRecording() {
+		span.SetAttributes(attrOutcome.String(r.outcome))
+		switch {
+		case r.err != nil:
+			span.SetStatus(codes.Error, r.err.Error())
+		case r.outcome != OutcomeAccepted:
+			span.SetStatus(codes.Error, r.outcome)
+		}
+	}
+	span.End()
+}
+
+// tracerName is the bridge's instrumentation scope.
+const tracerName = "retry-scheduler/bridge"
 
 // countBreakerFailure counts an accepted report of a failed retry towards its destination's
 // breaker. Counted once the delivery is acked, so a redelivery after a failed ack counts it

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"maps"
 	"net/http"
+	"os"
 	"reflect"
 	"slices"
 	"time"
@@ -29,6 +30,7 @@ import (
 	"retry-scheduler/ops"
 	"retry-scheduler/policy"
 	"retry-scheduler/reporter"
+	"retry-scheduler/tracing"
 	"retry-scheduler/worker"
 )
 
@@ -62,6 +64,21 @@ func Run(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 			return err
 		}
 	}
+	// Tracing: off unless the standard OTEL_* variables ask for it. Deferred first, so it runs
+	// last: the spans of the worker's and the bridge's last work are flushed too.
+	tp, stopTracing, err := tracing.Setup(ctx, os.LookupEnv, tracing.Options{
+		ServiceName: cfg.ServiceName, ServiceVersion: cfg.ServiceVersion, Logger: logger.With("component", "tracing"),
+	})
+	if err != nil {
+		return err
+	}
+	defer func() {
+		flushCtx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
+		defer cancel()
+		if err := stopTracing(flushCtx); err != nil {
+			logger.Warn("tracing not flushed", "component", "tracing", "error", err)
+		}
+	}()
 	reg := metrics.NewRegistry()
 	handler, closer := metrics.TemporalHandler(reg, func(err error) { logger.Warn("register sdk metric", "error", err) })
 	defer closer.Close()
@@ -73,6 +90,13 @@ func Run(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 	}
 	topts.Logger = log.NewStructuredLogger(logger.With("component", "temporal"))
 	topts.MetricsHandler = handler
+	// With tracing on, starts and signals carry the span context in Temporal headers, and the
+	// workers built from this client make workflow and activity spans.
+	if ti, err := tracing.TemporalInterceptor(tp); err != nil {
+		return err
+	} else if ti != nil {
+		topts.Interceptors = append(topts.Interceptors, ti)
+	}
 	tc, err := client.Dial(topts)
 	if err != nil {
 		return fmt.Errorf("connect to temporal at %s: %w", cfg.TemporalAddress, err)
@@ -185,7 +209,9 @@ func Run(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 			return nil
 		}
 		g.Go(func() error { return b.Run(ctx) })
-		// The depth gauges come from visibility counts: one poller where the bridge runs.
+	}
+	if cfg.RunsDepthPoller() {
+		// The depth gauges come from visibility counts: one poller per deployment.
 		depth := metrics.NewDepthPoller(metrics.DepthConfig{
 			Client: tc, TaskQueue: cfg.TaskQueue, Interval: cfg.MetricsInterval,
 			Logger: logger.With("component", "depth"),
