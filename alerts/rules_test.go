@@ -6,13 +6,13 @@ package alerts
 import (
 	"os"
 	"os/exec"
-	"regexp"
 	"strings"
 	"testing"
 	"time"
 
 	"gopkg.in/yaml.v3"
 
+	"retry-scheduler/internal/promql"
 	"retry-scheduler/internal/testenv"
 )
 
@@ -38,7 +38,21 @@ var exported = map[string]bool{
 	"dead_letter_oldest_age_seconds": true, "dead_letter_depth": true, "depth_poll_last_success_timestamp_seconds": true,
 	"retry_queue_depth": true, "retry_due": true, "retries_exhausted_total": true, "retries_scheduled_total": true,
 	"retries_executed_total": true, "depth_poll_errors_total": true, "dead_letter_publish_failures_total": true,
-	"breaker_state": true, "retries_held": true, "breaker_transitions_total": true,
+	"breaker_state": true, "retries_held": true, "breaker_transitions_total": true, "bridge_consuming": true,
+}
+
+// sdkSeries are the Temporal SDK's series the process exports through tally (metrics/README.md,
+// temporal_*), with the SDK's names and labels.
+var sdkSeries = map[string]bool{
+	"temporal_worker_start_total":                                     true,
+	"temporal_workflow_task_execution_failed_total":                   true,
+	"temporal_workflow_task_schedule_to_start_latency_seconds_bucket": true,
+}
+
+// external are series the process does not export: Prometheus's own, and RabbitMQ's
+// Prometheus plugin's (per-object metrics).
+var external = map[string]bool{
+	"up": true, "rabbitmq_queue_messages_ready": true,
 }
 
 func TestRulesFile(t *testing.T) {
@@ -56,7 +70,6 @@ func TestRulesFile(t *testing.T) {
 	records := map[string]bool{}
 	alerts := map[string]string{} // name -> expr
 	fors := map[string]string{}   // name -> for
-	metricName := regexp.MustCompile(`[a-zA-Z_:][a-zA-Z0-9_:]*`)
 	for _, g := range f.Groups {
 		for _, r := range g.Rules {
 			if (r.Record == "") == (r.Alert == "") {
@@ -65,13 +78,15 @@ func TestRulesFile(t *testing.T) {
 			if strings.TrimSpace(r.Expr) == "" {
 				t.Errorf("%s%s: empty expr", r.Record, r.Alert)
 			}
-			// Every series the expression names is one the service exports or a recording rule.
-			for _, m := range metricName.FindAllString(r.Expr, -1) {
-				if strings.HasSuffix(m, "_total") || strings.HasSuffix(m, "_seconds") || strings.HasSuffix(m, "_bucket") ||
-					strings.HasSuffix(m, "_depth") || strings.HasPrefix(m, "retry_scheduler:") {
-					if !exported[m] && !records[m] {
-						t.Errorf("%s%s: %s is neither exported nor recorded above", r.Record, r.Alert, m)
-					}
+			// Every series the expression names is one the service exports (its own or the
+			// SDK's), a recording rule above, or listed as external.
+			names, err := promql.MetricNames(r.Expr)
+			if err != nil {
+				t.Errorf("%s%s: %v", r.Record, r.Alert, err)
+			}
+			for _, m := range names {
+				if !exported[m] && !sdkSeries[m] && !external[m] && !records[m] {
+					t.Errorf("%s%s: %s is neither exported, nor recorded above, nor listed as external", r.Record, r.Alert, m)
 				}
 			}
 			if r.Record != "" {
@@ -110,6 +125,33 @@ func TestRulesFile(t *testing.T) {
 			t.Errorf("%s: expr %q does not end with %q", name, expr, want)
 		}
 	}
+	// The service's availability and the worker fleet's health.
+	for name, want := range map[string]struct{ contains, for_ string }{
+		// A target that does not answer, or no workflow worker scraped at all.
+		"RetrySchedulerDown": {`up{job=~".*retry-scheduler.*"} == 0`, "2m"},
+		// The SDK's failure_reason for a replay that does not match the history.
+		"RetrySchedulerNonDeterminism": {`failure_reason="NonDeterminismError"`, "0s"},
+		// Workflow tasks wait more than a second for a worker.
+		"RetrySchedulerWorkflowTaskBacklog": {"temporal_workflow_task_schedule_to_start_latency_seconds_bucket", "5m"},
+		// Works without the broker's metrics.
+		"RetrySchedulerBridgeNotConsuming": {"max(bridge_consuming) == 0", "5m"},
+	} {
+		expr, ok := alerts[name]
+		if !ok {
+			t.Errorf("alert %s missing", name)
+			continue
+		}
+		if !strings.Contains(expr, want.contains) || fors[name] != want.for_ {
+			t.Errorf("%s: expr %q for %q, want it to contain %q, for %s", name, expr, fors[name], want.contains, want.for_)
+		}
+	}
+	if !strings.Contains(alerts["RetrySchedulerDown"], `absent(temporal_worker_start_total{job=~".*retry-scheduler.*", worker_type="WorkflowWorker"})`) {
+		t.Errorf("RetrySchedulerDown: no absent() of the workflow workers")
+	}
+	if !strings.HasSuffix(strings.TrimSpace(alerts["RetrySchedulerWorkflowTaskBacklog"]), "> 1") {
+		t.Errorf("RetrySchedulerWorkflowTaskBacklog: threshold is not 1s")
+	}
+
 	// A breaker that holds a destination's retries (open or half-open; paused is an
 	// operator's choice) for longer than 15 minutes.
 	if expr := alerts["RetrySchedulerBreakerOpen"]; !strings.Contains(expr, `breaker_state{state=~"open|half-open"}`) || fors["RetrySchedulerBreakerOpen"] != "15m" {

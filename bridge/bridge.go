@@ -48,7 +48,7 @@ type Bridge struct {
 	log      *slog.Logger
 	metrics  *Metrics
 
-	ready   atomic.Bool
+	ready   readyFlag
 	running atomic.Bool
 
 	// gen is the generation of the current channel. A delivery is acked or nacked only while
@@ -79,6 +79,7 @@ func New(cfg Config, dial func() (*amqp.Connection, error), reporter Reporter, d
 		dlq:      dlq,
 		log:      logger,
 		metrics:  metrics,
+		ready:    readyFlag{gauge: metrics.consuming},
 	}
 }
 

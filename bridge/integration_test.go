@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -315,6 +316,7 @@ loop:
 	}
 	assert.LessOrEqual(t, tries, 3+8, "Report attempts while Temporal is down")
 	assert.Equal(t, 0.0, outcomes(f.metrics, OutcomeRequeued), "nothing returned to the queue")
+	assert.Equal(t, 0.0, gaugeValue(f.metrics.consuming), "bridge_consuming while holding")
 
 	f.reporter.failing.Store(false)
 	for i := range n {
@@ -322,6 +324,7 @@ loop:
 		f.eventually(id+" accepted after recovery", 30*time.Second, func() bool { return f.reporter.count(id) == 1 })
 	}
 	f.eventually("bridge consuming again", 10*time.Second, f.bridge.Ready)
+	assert.Equal(t, 1.0, gaugeValue(f.metrics.consuming), "bridge_consuming after recovery")
 	f.publishRetry("after-1")
 	f.eventually("next message accepted", 10*time.Second, func() bool { return f.reporter.count("after-1") == 1 })
 
@@ -586,4 +589,12 @@ type testWriter struct{ t *testing.T }
 func (w testWriter) Write(p []byte) (int, error) {
 	w.t.Log(strings.TrimRight(string(p), "\n"))
 	return len(p), nil
+}
+
+func gaugeValue(g prometheus.Gauge) float64 {
+	var m dto.Metric
+	if err := g.Write(&m); err != nil {
+		panic(err)
+	}
+	return m.GetGauge().GetValue()
 }

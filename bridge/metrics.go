@@ -1,6 +1,8 @@
 package bridge
 
 import (
+	"sync/atomic"
+
 	"github.com/prometheus/client_golang/prometheus"
 
 	"retry-scheduler/broker"
@@ -32,6 +34,9 @@ type Metrics struct {
 	scheduled  *prometheus.CounterVec
 	// dlqFailures is broker.DeadLetterPublishFailures: shared with the worker's activities.
 	dlqFailures *prometheus.CounterVec
+	// consuming mirrors Bridge.Ready: what an alert on a stalled ingress needs when the
+	// broker's own metrics are not scraped.
+	consuming prometheus.Gauge
 }
 
 // NewMetrics creates the collectors and registers them on reg (none when reg is nil). A
@@ -50,11 +55,16 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "bridge_failure_reports_total",
 			Help: "Failure reports accepted by Temporal, by original queue (duplicates and reports that end in dead included).",
 		}, []string{"queue"}),
+		consuming: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "bridge_consuming",
+			Help: "1 while the bridge consumes the ingress queue (connected, not holding deliveries through a Temporal or dead-letter queue outage), else 0.",
+		}),
 	}
 	m.dlqFailures = broker.DeadLetterPublishFailures(reg)
 	if reg != nil {
 		m.deliveries = promreg.Register(reg, m.deliveries)
 		m.scheduled = promreg.Register(reg, m.scheduled)
+		m.consuming = promreg.Register(reg, m.consuming)
 	}
 	for _, o := range []string{OutcomeAccepted, OutcomePoison, OutcomeOversize, OutcomeHeld, OutcomeRequeued, OutcomeDroppedStale} {
 		m.deliveries.WithLabelValues(o)
@@ -68,4 +78,23 @@ func (m *Metrics) deadLetterPublishFailed(queue string) {
 
 func (m *Metrics) outcome(o string) {
 	m.deliveries.WithLabelValues(o).Inc()
+}
+
+// readyFlag is Bridge.Ready's state, mirrored to the bridge_consuming gauge on every change.
+// Only Run's goroutine (its sessions' loops included) stores, so the two cannot disagree
+// for longer than one Store.
+type readyFlag struct {
+	v     atomic.Bool
+	gauge prometheus.Gauge
+}
+
+func (f *readyFlag) Load() bool { return f.v.Load() }
+
+func (f *readyFlag) Store(ready bool) {
+	f.v.Store(ready)
+	if ready {
+		f.gauge.Set(1)
+	} else {
+		f.gauge.Set(0)
+	}
 }

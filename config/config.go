@@ -137,7 +137,8 @@ type Config struct {
 	// -service-name. Defaults to DefaultServiceName.
 	ServiceName string
 	// ServiceVersion is this build's version, in metadata.service_version of those envelopes
-	// and the startup log line. Env SERVICE_VERSION, flag -service-version. Defaults to "dev".
+	// and the startup log line. Env SERVICE_VERSION, flag -service-version. Defaults to
+	// DefaultServiceVersion (the build's: retry-scheduler -version).
 	ServiceVersion string
 	// LogLevel is debug, info, warn or error. Env LOG_LEVEL, flag -log-level.
 	// Defaults to "info".

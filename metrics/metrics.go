@@ -13,13 +13,16 @@ import (
 	tallyprom "github.com/uber-go/tally/v4/prometheus"
 	sdkmetrics "go.temporal.io/sdk/client"
 	sdktally "go.temporal.io/sdk/contrib/tally"
+
+	"retry-scheduler/buildinfo"
 )
 
-// NewRegistry returns a registry with the Go and process collectors; every component
-// registers on it, never on the global one.
+// NewRegistry returns a registry with the Go and process collectors and the build's
+// identity (BuildInfoName); every component registers on it, never on the global one.
 func NewRegistry() *prometheus.Registry {
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		newBuildInfo(buildinfo.Get()))
 	return reg
 }
 

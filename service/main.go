@@ -5,21 +5,34 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
+	"retry-scheduler/buildinfo"
 	"retry-scheduler/config"
 )
+
+// stdout is where -version writes (a variable for tests).
+var stdout io.Writer = os.Stdout
 
 // Main is a service process from its arguments to its exit code: the configuration (the
 // environment, overridden by args), the JSON logger at LOG_LEVEL, and Run until SIGTERM or
 // SIGINT. cmd/retry-scheduler is this; the bench runs it as its measured child process.
+// With -version (or --version) it prints the build's identity and returns 0 before reading
+// any configuration, so that it answers whatever the environment holds.
 func Main(args []string) int {
+	if wantsVersion(args) {
+		fmt.Fprintln(stdout, buildinfo.Get())
+		return 0
+	}
 	cfg, err := config.Load(args, os.LookupEnv)
 	if errors.Is(err, flag.ErrHelp) {
 		config.Usage(os.Stderr)
+		fmt.Fprintln(os.Stderr, "  -version\n    \tprint the build's version, revision and Go version, and exit")
 		return 0
 	}
 	if err != nil {
@@ -30,7 +43,8 @@ func Main(args []string) int {
 	// The process's handler: the logger is injected everywhere, and a library that logs
 	// without one would still write JSON at LOG_LEVEL.
 	slog.SetDefault(logger)
-	logger.Info("starting", "config", cfg.String())
+	build := buildinfo.Get()
+	logger.Info("starting", "version", build.Version, "revision", build.Revision, "config", cfg.String())
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -40,4 +54,24 @@ func Main(args []string) int {
 	}
 	logger.Info("stopped")
 	return 0
+}
+
+// wantsVersion reports whether args ask for -version, as config.Load would read them: a flag
+// anywhere among them, before a "--"; an argument that follows a flag without "=" is that
+// flag's value (every configuration flag takes one), so "-service-version -version" does not
+// count.
+func wantsVersion(args []string) bool {
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		switch {
+		case a == "--":
+			return false
+		case a == "-version" || a == "--version":
+			return true
+		case a == "-h" || a == "-help" || a == "--h" || a == "--help":
+		case strings.HasPrefix(a, "-") && a != "-" && !strings.Contains(a, "="):
+			i++
+		}
+	}
+	return false
 }

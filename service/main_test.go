@@ -1,0 +1,56 @@
+package service
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+
+	"retry-scheduler/buildinfo"
+)
+
+// -version answers before the configuration is read: here under an environment that
+// config.Load refuses.
+func TestMainVersion(t *testing.T) {
+	t.Setenv("HTTP_PORT", "not-a-port")
+	var out bytes.Buffer
+	old := stdout
+	stdout = &out
+	t.Cleanup(func() { stdout = old })
+
+	want := buildinfo.Get().String() + "\n"
+	assert.True(t, strings.HasPrefix(want, "retry-scheduler "), want)
+	for _, args := range [][]string{{"-version"}, {"--version"}, {"worker", "-version"}, {"-http-port", "1", "--version"}} {
+		out.Reset()
+		assert.Equal(t, 0, Main(args), "%q", args)
+		assert.Equal(t, want, out.String(), "%q", args)
+	}
+
+	out.Reset()
+	assert.Equal(t, 2, Main([]string{"worker"}), "without -version the environment is refused")
+	assert.Empty(t, out.String())
+}
+
+func TestWantsVersion(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want bool
+	}{
+		{nil, false},
+		{[]string{"all"}, false},
+		{[]string{"-version"}, true},
+		{[]string{"--version"}, true},
+		{[]string{"bridge", "-log-level", "debug", "-version"}, true},
+		{[]string{"-service-version=1.2.3", "-version"}, true},
+		{[]string{"-h", "-version"}, true},
+		// A flag's value, not the flag.
+		{[]string{"-service-version", "-version"}, false},
+		{[]string{"-service-version", "--version"}, false},
+		// After "--" every argument is positional.
+		{[]string{"--", "-version"}, false},
+		{[]string{"-versions"}, false},
+	} {
+		assert.Equal(t, tc.want, wantsVersion(tc.args), "%q", tc.args)
+	}
+}
