@@ -51,12 +51,12 @@ export TEMPORAL_SERVER_DIR
 export TEMPORAL_POSTGRES_HOST TEMPORAL_POSTGRES_PORT TEMPORAL_POSTGRES_USER
 export RABBITMQ_URL
 
-.PHONY: help tools temporal-server chromium promtool rabbitmq build run test test-unit test-integration test-e2e-postgres lint demo bench soak fuzz fuzz-short clean
+.PHONY: help tools temporal-server chromium promtool rabbitmq build image replay run test test-unit test-integration test-e2e-postgres lint demo bench soak fuzz fuzz-short clean
 
 help: ## List the targets
 	@echo "retry-scheduler: make <target>"
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-17s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
-	@echo "Variables (make VAR=value): CACHE RABBITMQ_URL TEMPORAL TEMPORAL_PORT TEMPORAL_POSTGRES_HOST TEMPORAL_POSTGRES_PORT TEMPORAL_POSTGRES_USER FUZZ_TIME FUZZ_LONG_TIME COVERAGE_GATES INTEGRATION_TIMEOUT E2E_TIMEOUT"
+	@echo "Variables (make VAR=value): CACHE RABBITMQ_URL TEMPORAL TEMPORAL_PORT TEMPORAL_POSTGRES_HOST TEMPORAL_POSTGRES_PORT TEMPORAL_POSTGRES_USER FUZZ_TIME FUZZ_LONG_TIME COVERAGE_GATES INTEGRATION_TIMEOUT E2E_TIMEOUT VERSION REVISION IMAGE HISTORIES"
 	@echo "Under CI=true a test whose prerequisite is missing fails instead of skipping, and any skipped test fails the run."
 
 $(TEMPORAL_CLI):
@@ -123,8 +123,25 @@ rabbitmq: ## Make sure RabbitMQ answers at RABBITMQ_URL (starts a local rabbitmq
 	fi; \
 	echo "RabbitMQ is not reachable at $$host:$$port: start it or set RABBITMQ_URL" >&2; exit 1
 
-build: ## Build all commands into bin/
-	$(GO) build -o bin/ ./cmd/...
+# The build's identity, stamped into buildinfo (retry-scheduler -version, the build_info
+# metric, the default SERVICE_VERSION) and the image's labels.
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+REVISION ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
+LDFLAGS := -X retry-scheduler/buildinfo.version=$(VERSION) -X retry-scheduler/buildinfo.revision=$(REVISION)
+IMAGE ?= retry-scheduler
+
+build: ## Build all commands into bin/, version-stamped
+	$(GO) build -ldflags "$(LDFLAGS)" -o bin/ ./cmd/...
+
+image: ## Build the container image $(IMAGE):$(VERSION) (needs a Docker engine)
+	@command -v docker >/dev/null 2>&1 || { echo "docker is not installed: the image is built where a Docker engine runs" >&2; exit 1; }
+	docker build --build-arg VERSION=$(VERSION) --build-arg REVISION=$(REVISION) -t $(IMAGE):$(VERSION) .
+
+# Histories exported from production (temporal workflow show -w ID -o json > DIR/ID.json)
+# replayed against this checkout's workflow code before it is deployed (docs/operations.md).
+replay: ## Replay exported workflow histories against the current code: make replay HISTORIES=dir
+	@[ -n "$(HISTORIES)" ] || { echo "usage: make replay HISTORIES=<directory of exported histories>" >&2; exit 2; }
+	REPLAY_HISTORIES="$(abspath $(HISTORIES))" $(GO) test -count=1 -run 'TestReplay' ./workflows/
 
 # The server (dev or postgres, by TEMPORAL) of `make run`: its devserver flags, its name in
 # messages, and how many tenths of a second to wait for it (postgres: schema set-up too).
@@ -170,7 +187,7 @@ run: $(RUN_DEPS) rabbitmq ## Run locally: the Temporal dev server (UI on :8233; 
 		dev_token=$$(head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n'); api_tokens="dev:admin=$$dev_token"; \
 		echo "Ops page http://127.0.0.1:$${HTTP_PORT:-8086}/ - sign in with this run's admin token: $$dev_token"; \
 	fi; \
-	API_TOKENS=$$api_tokens TEMPORAL_ADDRESS=$$addr TEMPORAL_UI_URL=$${TEMPORAL_UI_URL:-$$([ "$(TEMPORAL)" = postgres ] || echo http://127.0.0.1:$$(( $(TEMPORAL_PORT) + 1000 )))} $(GO) run ./cmd/retry-scheduler all
+	API_TOKENS=$$api_tokens TEMPORAL_ADDRESS=$$addr TEMPORAL_UI_URL=$${TEMPORAL_UI_URL:-$$([ "$(TEMPORAL)" = postgres ] || echo http://127.0.0.1:$$(( $(TEMPORAL_PORT) + 1000 )))} $(GO) run -ldflags "$(LDFLAGS)" ./cmd/retry-scheduler all
 
 test: tools temporal-server rabbitmq ## lint, unit tests with the coverage gate, integration tests on one dev server (e2e again on PostgreSQL), short fuzz runs
 	@status=0; \
