@@ -51,7 +51,7 @@ export TEMPORAL_SERVER_DIR
 export TEMPORAL_POSTGRES_HOST TEMPORAL_POSTGRES_PORT TEMPORAL_POSTGRES_USER
 export RABBITMQ_URL
 
-.PHONY: help tools temporal-server chromium promtool rabbitmq build image replay run test test-unit test-integration test-e2e-postgres lint demo bench soak fuzz fuzz-short clean
+.PHONY: help tools temporal-server chromium promtool kubectl rabbitmq build image replay run test test-unit test-integration test-e2e-postgres lint demo bench soak fuzz fuzz-short clean
 
 help: ## List the targets
 	@echo "retry-scheduler: make <target>"
@@ -72,7 +72,7 @@ $(STATICCHECK):
 	@echo "Installing staticcheck $(STATICCHECK_VERSION) into $(@D)"
 	GOBIN=$(@D) $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
 
-tools: $(TEMPORAL_CLI) $(WORKFLOWCHECK) $(STATICCHECK) chromium promtool ## Install the Temporal CLI (dev server), workflowcheck and staticcheck into $(CACHE)/bin, and chromium and promtool
+tools: $(TEMPORAL_CLI) $(WORKFLOWCHECK) $(STATICCHECK) chromium promtool kubectl ## Install the Temporal CLI (dev server), workflowcheck and staticcheck into $(CACHE)/bin, and chromium and promtool; check for kubectl
 
 # One go install builds both (they share most of their packages); a file target, so later
 # runs reuse them.
@@ -104,6 +104,12 @@ promtool: ## Install promtool (Debian's prometheus) for the alert rules' tests, 
 		apt-get install -y --no-install-recommends prometheus >/dev/null || { apt-get update >/dev/null && apt-get install -y --no-install-recommends prometheus >/dev/null; } \
 			|| echo "warning: promtool did not install; the alert rules' tests will skip (fail under CI=true)"; \
 	else echo "promtool is not installed (apt-get install -y prometheus): the alert rules' tests will skip (fail under CI=true)"; fi
+
+# The Kubernetes manifests' test (deploy/kubernetes) renders them with `kubectl kustomize`:
+# kubectl is not in Debian's archive, so this only checks for it and says how to get it.
+kubectl: ## Check for kubectl (kustomize built in), which the Kubernetes manifests' test runs
+	@if command -v kubectl >/dev/null 2>&1; then :; \
+	else echo "kubectl is not installed (https://kubernetes.io/docs/tasks/tools/): the Kubernetes manifests' test will skip (fail under CI=true)"; fi
 
 rabbitmq: ## Make sure RabbitMQ answers at RABBITMQ_URL (starts a local rabbitmq-server if it can)
 	@hostport=$${RABBITMQ_URL#*://}; hostport=$${hostport##*@}; hostport=$${hostport%%/*}; hostport=$${hostport%%\?*}; \

@@ -22,7 +22,7 @@ func Missing(tb testing.TB, format string, args ...any) {
 	tb.Helper()
 	reason := fmt.Sprintf(format, args...)
 	if CI() {
-		tb.Fatalf("prerequisite missing under CI=true (make tools installs it): %s", reason)
+		tb.Fatalf("prerequisite missing under CI=true (make tools installs it, or says how): %s", reason)
 	}
 	tb.Skip(reason + " (CI=true fails instead)")
 }
