@@ -1,6 +1,8 @@
 package workflows_test
 
 import (
+	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -41,6 +43,7 @@ var unreplayable = map[string]string{
 // would break running workflows fails here; guard such a change with workflow.GetVersion.
 // Histories named *.nondeterministic.json were edited to disagree with the code and must fail,
 // which proves the replayer is really checking; *.unreplayable.json are listed in unreplayable.
+// With REPLAY_HISTORIES set, the histories exported from a deployment must replay too.
 func TestReplayRecordedHistories(t *testing.T) {
 	files := recordedHistories(t)
 	for _, f := range files {
@@ -63,15 +66,92 @@ func TestReplayRecordedHistories(t *testing.T) {
 		require.True(t, strings.HasSuffix(name, ".unreplayable.json"), "%s: an unreplayable history's name ends in .unreplayable.json", name)
 		require.Contains(t, files, filepath.Join(historiesDir, name), "unreplayable lists a history that is not stored")
 	}
+	replayExportedHistories(t)
+}
+
+// replayHistoriesEnv names a directory of histories exported from a deployment (`temporal
+// workflow show -w ID -o json > dir/file.json`) that the code about to be deployed must replay.
+const replayHistoriesEnv = "REPLAY_HISTORIES"
+
+// replayExportedHistories replays every history in $REPLAY_HISTORIES, each as the subtest
+// exported/<file>, whatever its name: they are runs that exist, so each must replay. Without
+// the variable there are none. A set variable that names no directory, or one without *.json,
+// fails: a wrong path must not pass as "nothing to replay".
+func replayExportedHistories(t *testing.T) {
+	dir, set := os.LookupEnv(replayHistoriesEnv)
+	if !set {
+		return
+	}
+	files, err := historyFiles(dir)
+	hint := ""
+	if !filepath.IsAbs(dir) {
+		hint = " (a relative path is read from ./workflows/, where go test runs: give an absolute one)"
+	}
+	require.NoError(t, err, "%s=%q names no directory of exported histories%s", replayHistoriesEnv, dir, hint)
+	t.Logf("replaying %d exported histories from %s", len(files), dir)
+	for _, f := range files {
+		t.Run("exported/"+filepath.Base(f), func(t *testing.T) {
+			require.NoError(t, replayHistory(t, f), "%s does not replay on this code: gate the change with workflow.GetVersion", f)
+		})
+	}
+}
+
+// historyFiles are the *.json files of dir, sorted; an error when dir is empty (as a name),
+// cannot be read, or holds none.
+func historyFiles(dir string) ([]string, error) {
+	if dir == "" {
+		return nil, errors.New("no directory named")
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("read history directory: %w", err)
+	}
+	var files []string
+	for _, e := range entries {
+		if !e.IsDir() && strings.HasSuffix(e.Name(), ".json") {
+			files = append(files, filepath.Join(dir, e.Name()))
+		}
+	}
+	if len(files) == 0 {
+		return nil, fmt.Errorf("no *.json history in %s", dir)
+	}
+	slices.Sort(files)
+	return files, nil
+}
+
+// TestHistoryFilesRefusesAWrongPath: REPLAY_HISTORIES naming nothing, a missing directory, a
+// file, or a directory without histories is an error, not an empty list that would pass.
+func TestHistoryFilesRefusesAWrongPath(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name string) {
+		require.NoError(t, os.WriteFile(filepath.Join(dir, name), []byte("{}"), 0o600))
+	}
+	for _, bad := range []string{"", filepath.Join(dir, "missing")} {
+		_, err := historyFiles(bad)
+		require.Error(t, err, "%q", bad)
+	}
+	_, err := historyFiles(dir)
+	require.ErrorContains(t, err, "no *.json history in "+dir, "an empty directory")
+
+	write("notes.txt")
+	require.NoError(t, os.Mkdir(filepath.Join(dir, "old.json"), 0o700))
+	_, err = historyFiles(dir)
+	require.ErrorContains(t, err, "no *.json history", "only a text file and a directory named *.json")
+	_, err = historyFiles(filepath.Join(dir, "notes.txt"))
+	require.Error(t, err, "a file, not a directory")
+
+	write("b.json")
+	write("a.json")
+	files, err := historyFiles(dir)
+	require.NoError(t, err)
+	require.Equal(t, []string{filepath.Join(dir, "a.json"), filepath.Join(dir, "b.json")}, files)
 }
 
 // recordedHistories are the paths of the stored histories.
 func recordedHistories(t *testing.T) []string {
 	t.Helper()
-	files, err := filepath.Glob(filepath.Join(historiesDir, "*.json"))
+	files, err := historyFiles(historiesDir)
 	require.NoError(t, err)
-	require.NotEmpty(t, files, "no recorded histories in %s", historiesDir)
-	slices.Sort(files)
 	return files
 }
 
@@ -88,6 +168,7 @@ func loadHistory(t *testing.T, f string) *historypb.History {
 	defer fh.Close()
 	h, err := client.HistoryFromJSON(fh, client.HistoryJSONOptions{})
 	require.NoError(t, err, "read %s", f)
+	require.NotEmpty(t, h.GetEvents(), "%s holds no history events", f)
 	return h
 }
 
@@ -106,11 +187,15 @@ func replayHistory(t *testing.T, f string, interceptors ...interceptor.WorkerInt
 	})
 }
 
-// recordedWorkflowID is the ID of the workflow that recorded h: a history does not name it,
-// but the ID is made from the first report's message (message.WorkflowID), which the start
-// input or the first failure-report signal carries.
+// recordedWorkflowID is the ID of the workflow that recorded h. Servers since 1.21 write it in
+// the started event (a BreakerWorkflow's history has no report to make it from); before, it is
+// made from the first report's message (message.WorkflowID), which the start input or the
+// first failure-report signal carries.
 func recordedWorkflowID(t *testing.T, h *historypb.History) string {
 	t.Helper()
+	if id := h.GetEvents()[0].GetWorkflowExecutionStartedEventAttributes().GetWorkflowId(); id != "" {
+		return id
+	}
 	dc := converter.GetDefaultDataConverter()
 	for _, e := range h.GetEvents() {
 		var rep *message.FailureReport
