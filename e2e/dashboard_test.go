@@ -212,28 +212,4 @@ func has(m scraped, name string) bool {
 }
 
 // hasSeries reports whether a sample's labels include all of key's (see scraped.value).
-func hasSeries(m scraped, key string) bool {
-	name, labels, _ := strings.Cut(key, "{")
-	want := strings.Split(strings.TrimSuffix(labels, "}"), ",")
-	for k := range m.samples {
-		n, l, _ := strings.Cut(k, "{")
-		if n != name {
-			continue
-		}
-		have := map[string]bool{}
-		for _, p := range strings.Split(strings.TrimSuffix(l, "}"), ",") {
-			have[p] = true
-		}
-		all := true
-		for _, p := range want {
-			if p != "" && !have[p] {
-				all = false
-				break
-			}
-		}
-		if all {
-			return true
-		}
-	}
-	return false
-}
+func hasSeries(m scraped, key string) bool { return len(m.matching(key)) > 0 }

@@ -380,9 +380,18 @@ func series(name string, labelPairs ...string) string {
 // value sums the samples of key's name whose labels include key's labels: a key may name a
 // subset of a series' labels (the SDK adds namespace, workflow_type, ...).
 func (m scraped) value(key string) float64 {
+	var sum float64
+	for _, v := range m.matching(key) {
+		sum += v
+	}
+	return sum
+}
+
+// matching are the values of the samples of key's name whose labels include key's labels.
+func (m scraped) matching(key string) []float64 {
 	name, labels, _ := strings.Cut(key, "{")
 	want := strings.Split(strings.TrimSuffix(labels, "}"), ",")
-	var sum float64
+	var out []float64
 	for k, v := range m.samples {
 		n, l, _ := strings.Cut(k, "{")
 		if n != name {
@@ -400,10 +409,10 @@ func (m scraped) value(key string) float64 {
 			}
 		}
 		if all {
-			sum += v
+			out = append(out, v)
 		}
 	}
-	return sum
+	return out
 }
 
 var labelPair = regexp.MustCompile(`([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"`)

@@ -3,7 +3,6 @@
 package e2e
 
 import (
-	"context"
 	"encoding/json"
 	"strings"
 	"testing"
@@ -11,15 +10,11 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/require"
-	"go.opentelemetry.io/otel"
-	"go.opentelemetry.io/otel/propagation"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
-	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
-	"go.opentelemetry.io/otel/trace/noop"
 
 	"retry-scheduler/message"
-	"retry-scheduler/tracing"
+	"retry-scheduler/tracing/tracingtest"
 	"retry-scheduler/workflows"
 )
 
@@ -32,16 +27,7 @@ import (
 // provider installed as the global one, here an in-memory recorder (a synchronous span
 // processor, so a span is recorded when it ends).
 func TestTracingFollowsAMessageThroughARetry(t *testing.T) {
-	rec := tracetest.NewSpanRecorder()
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
-	otel.SetTracerProvider(tp)
-	otel.SetTextMapPropagator(tracing.Propagator())
-	// Registered first, so it runs after the service has stopped: later tests trace nothing.
-	t.Cleanup(func() {
-		otel.SetTracerProvider(noop.NewTracerProvider())
-		otel.SetTextMapPropagator(propagation.NewCompositeTextMapPropagator())
-		_ = tp.Shutdown(context.Background())
-	})
+	rec := tracingtest.Record(t)
 
 	s := newStack(t)
 	s.run("all")

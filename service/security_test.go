@@ -148,6 +148,16 @@ func startFakeFrontend(t *testing.T, ca *brokertest.CA, requireClientCert bool) 
 	return f
 }
 
+// dialOnce connects to Temporal with cfg's options (the fake frontend records what came).
+func dialOnce(t *testing.T, cfg config.Config) {
+	t.Helper()
+	opts, err := TemporalOptions(cfg)
+	require.NoError(t, err)
+	c, err := client.Dial(opts)
+	require.NoError(t, err)
+	c.Close()
+}
+
 func TestTemporalDialSendsClientCertificateAndAPIKey(t *testing.T) {
 	ca := brokertest.NewCA(t, "temporal-test-ca")
 	f := ca.WriteFiles(t, t.TempDir())
@@ -155,12 +165,7 @@ func TestTemporalDialSendsClientCertificateAndAPIKey(t *testing.T) {
 
 	cfg := load(t, "TEMPORAL_ADDRESS", front.addr, "TEMPORAL_CA_FILE", f.CA,
 		"TEMPORAL_CERT_FILE", f.ClientCert, "TEMPORAL_KEY_FILE", f.ClientKey, "TEMPORAL_API_KEY", "api-key-over-tls")
-	opts, err := TemporalOptions(cfg)
-	require.NoError(t, err)
-	c, err := client.Dial(opts)
-	require.NoError(t, err)
-	c.Close()
-
+	dialOnce(t, cfg)
 	front.mu.Lock()
 	defer front.mu.Unlock()
 	assert.Contains(t, front.auth, "Bearer api-key-over-tls")
@@ -185,12 +190,7 @@ func TestTemporalDialWithStandardSettings(t *testing.T) {
 	cfg := load(t, "TEMPORAL_CONFIG_FILE", profile, "TEMPORAL_PROFILE", "prod",
 		"TEMPORAL_TLS_SERVER_CA_CERT_DATA", pem(f.CA), "TEMPORAL_TLS_CLIENT_CERT_DATA", pem(f.ClientCert),
 		"TEMPORAL_TLS_CLIENT_KEY_DATA", pem(f.ClientKey))
-	opts, err := TemporalOptions(cfg)
-	require.NoError(t, err)
-	c, err := client.Dial(opts)
-	require.NoError(t, err)
-	c.Close()
-
+	dialOnce(t, cfg)
 	front.mu.Lock()
 	defer front.mu.Unlock()
 	assert.Contains(t, front.auth, "Bearer profile-api-key")

@@ -13,13 +13,12 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/propagation"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
-	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 
 	"retry-scheduler/activities"
 	"retry-scheduler/message"
-	"retry-scheduler/tracing"
+	"retry-scheduler/tracing/tracingtest"
 )
 
 // These tests run the republish activity with the global provider and propagator the way
@@ -55,18 +54,10 @@ func republish(t *testing.T, ctx context.Context) amqp.Publishing {
 }
 
 func TestRepublishContinuesTheActivitysTrace(t *testing.T) {
-	rec := tracetest.NewSpanRecorder()
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
-	otel.SetTracerProvider(tp)
-	otel.SetTextMapPropagator(tracing.Propagator())
-	t.Cleanup(func() {
-		otel.SetTracerProvider(noop.NewTracerProvider())
-		otel.SetTextMapPropagator(propagation.NewCompositeTextMapPropagator())
-		_ = tp.Shutdown(context.Background())
-	})
+	rec := tracingtest.Record(t)
 
 	// The activity's span, as the Temporal interceptor puts it in the activity's context.
-	ctx, parent := tp.Tracer("test").Start(context.Background(), "RunActivity:Republish")
+	ctx, parent := otel.Tracer("test").Start(context.Background(), "RunActivity:Republish")
 	p := republish(t, ctx)
 	parent.End()
 
