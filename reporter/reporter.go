@@ -63,7 +63,7 @@ func (p *Reporter) report(ctx context.Context, r message.FailureReport) error {
 		ID:        id,
 		TaskQueue: p.TaskQueue,
 	}
-	in := workflows.Input{Retention: p.Retention}
+	in := workflows.Input{Retention: p.Retention, Revision: workflows.CurrentRevision}
 	now := time.Now
 	if p.Now != nil {
 		now = p.Now

@@ -80,6 +80,9 @@ func SDKOptions(o Options) sdkworker.Options {
 		MaxConcurrentWorkflowTaskPollers:        o.WorkflowPollers,
 		MaxConcurrentLocalActivityExecutionSize: o.MaxConcurrentLocalActivities,
 		OnFatalError:                            o.OnFatalError,
+		// Every activity of the workflows is local, and always was: activity-task pollers
+		// would only hold long polls open on the server for tasks that never come.
+		LocalActivityWorkerOnly: true,
 	}
 }
 

@@ -18,7 +18,8 @@ const heldRecheck = time.Minute
 
 // underBreaker says whether this run's republishes go through their destination's breaker.
 func (r *retryRun) underBreaker() bool {
-	return workflow.GetVersion(r.ctx, changeBreakerHoldsRetries, workflow.DefaultVersion, 1) != workflow.DefaultVersion
+	return r.includes(changeBreakerHoldsRetries) ||
+		workflow.GetVersion(r.ctx, changeBreakerHoldsRetries, workflow.DefaultVersion, 1) != workflow.DefaultVersion
 }
 
 // breakerSettings are the policy's breaker settings for a republish, nil when the policy

@@ -43,7 +43,7 @@ var (
 // waits a quiet window for the next failure, and dead-letters the message when retrying
 // cannot help, then parks it for an operator until the retention ends.
 func RetryWorkflow(ctx workflow.Context, in Input) (Result, error) {
-	r := &retryRun{ctx: ctx, retention: in.Retention, delayedStart: in.StartDelay > 0}
+	r := &retryRun{ctx: ctx, retention: in.Retention, delayedStart: in.StartDelay > 0, revision: in.Revision}
 	if r.retention <= 0 {
 		r.retention = DefaultRetention
 	}
@@ -77,6 +77,8 @@ type retryRun struct {
 	ctx       workflow.Context
 	state     State
 	retention time.Duration
+	// revision is the workflow code's revision the run was started under (revision.go).
+	revision int
 
 	reports, retryNow, skip, resolve, discard workflow.ReceiveChannel
 	// releases carries a breaker's (or an operator's) Release of a held retry.
@@ -265,7 +267,7 @@ var priorAttemptsOptions = workflow.LocalActivityOptions{
 // report continues a count (it failed again after that run had ended). Best effort: the
 // count itself comes from the report, so a failed look-up only shortens the story.
 func (r *retryRun) takePriorAttempts() {
-	if workflow.GetVersion(r.ctx, changePriorAttempts, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
+	if !r.includes(changePriorAttempts) && workflow.GetVersion(r.ctx, changePriorAttempts, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
 		return
 	}
 	info := workflow.GetInfo(r.ctx)
@@ -417,7 +419,7 @@ const changeUnknownCapPerPolicy = "unknown-cap-per-policy-and-socket-codes-in-re
 // rules are the decision rules of this run: the older ones for a run whose history decided
 // under them (replay finds no marker), else the current ones.
 func (r *retryRun) rules() policy.Rules {
-	if workflow.GetVersion(r.ctx, changeUnknownCapPerPolicy, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
+	if !r.includes(changeUnknownCapPerPolicy) && workflow.GetVersion(r.ctx, changeUnknownCapPerPolicy, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
 		return policy.RulesUnknownCapEverywhere
 	}
 	return policy.RulesUnknownCapPerPolicy
@@ -613,7 +615,7 @@ func (r *retryRun) retryFromDead(a OperatorAction) {
 	s.RetryCount = 0
 	s.DeadReason, s.DeadDetail, s.DeadAt = "", "", time.Time{}
 	s.NextRetryAt = workflow.Now(r.ctx)
-	if workflow.GetVersion(r.ctx, changeRetryOpensWindow, workflow.DefaultVersion, 1) != workflow.DefaultVersion {
+	if r.includes(changeRetryOpensWindow) || workflow.GetVersion(r.ctx, changeRetryOpensWindow, workflow.DefaultVersion, 1) != workflow.DefaultVersion {
 		s.WindowStart = s.NextRetryAt
 		s.HeldFor = 0 // held before the new window: not in it
 	}
@@ -702,7 +704,7 @@ func (r *retryRun) takePendingReports() bool {
 	if r.reports.Len() == 0 {
 		return false
 	}
-	if workflow.GetVersion(r.ctx, changeReportsWithQuietTimer, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
+	if !r.includes(changeReportsWithQuietTimer) && workflow.GetVersion(r.ctx, changeReportsWithQuietTimer, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
 		return false
 	}
 	var rep message.FailureReport

@@ -54,6 +54,10 @@ type Input struct {
 	// workflow's start delay (so the first workflow task is the republish): the report was
 	// accepted at the run's start time, and the search attributes were set by the start.
 	StartDelay time.Duration `json:"start_delay,omitempty"`
+	// Revision is the workflow code's revision the run was started under (CurrentRevision at
+	// the start; 0 for runs started before revisions): the gated changes it includes take
+	// their new branch without a version marker (revision.go).
+	Revision int `json:"revision,omitempty"`
 }
 
 // Result is how a RetryWorkflow ended.

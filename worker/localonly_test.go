@@ -1,0 +1,27 @@
+package worker
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// The worker polls no activity tasks (LocalActivityWorkerOnly): that holds only while no
+// workflow schedules a non-local activity, which would then wait for ever.
+func TestWorkflowsScheduleOnlyLocalActivities(t *testing.T) {
+	require.True(t, SDKOptions(Options{}).LocalActivityWorkerOnly)
+	files, err := filepath.Glob("../workflows/*.go")
+	require.NoError(t, err)
+	require.NotEmpty(t, files)
+	for _, f := range files {
+		if strings.HasSuffix(f, "_test.go") {
+			continue
+		}
+		b, err := os.ReadFile(f)
+		require.NoError(t, err)
+		require.NotContains(t, string(b), "workflow.ExecuteActivity(", "%s schedules a non-local activity: drop LocalActivityWorkerOnly", f)
+	}
+}

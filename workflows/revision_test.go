@@ -1,0 +1,84 @@
+package workflows
+
+import (
+	"slices"
+	"time"
+
+	"github.com/stretchr/testify/mock"
+	"go.temporal.io/sdk/workflow"
+
+	"retry-scheduler/message"
+)
+
+// askedVersions records the change ids the run asks GetVersion about (answering each with its
+// new branch).
+func (s *retrySuite) askedVersions() *[]string {
+	var asked []string
+	s.env.OnGetVersion(mock.Anything, workflow.DefaultVersion, 1).Run(func(args mock.Arguments) {
+		asked = append(asked, args.String(0))
+	}).Return(workflow.Version(1)).Maybe()
+	return &asked
+}
+
+func (s *retrySuite) startAt(rev int, first message.FailureReport) {
+	s.env.ExecuteWorkflow(RetryWorkflowName, Input{Report: &first, Retention: time.Hour, Revision: rev})
+}
+
+// A run started at the current revision takes every gated change without asking: no Version
+// marker and no TemporalChangeVersion write, through a retry, an exhaustion, an operator's
+// retry from dead and a report that continues an earlier run's count.
+func (s *retrySuite) TestCurrentRevisionAsksNoVersion() {
+	asked := s.askedVersions()
+	p := windowPolicy()
+	s.deadThenRetried(p)
+	var again State
+	s.queryAt(106*time.Second, &again)
+	s.startAt(CurrentRevision, report(p, 0, transient))
+
+	s.Equal(StatusDelivered, s.result().Status, "retried in the window the operator's retry opened")
+	s.Empty(*asked, "a run at the current revision records no version marker")
+	// The new branches: the operator's retry opened a new window; the breaker was asked.
+	s.False(again.WindowStart.IsZero())
+	s.Len(s.pub.to(testQueue), 4)
+	s.NotZero(s.gate.times(), "republishes went through the destination's breaker")
+}
+
+func (s *retrySuite) TestCurrentRevisionContinuesAnEarlierRunWithoutAsking() {
+	asked := s.askedVersions()
+	s.hist.attempts = []message.Attempt{{Attempt: 1, Error: "first", Category: "transient"}}
+	p := fixedPolicy(3)
+	s.failAt(15*time.Second, p, 3, transient)
+	s.startAt(CurrentRevision, report(p, 2, transient))
+
+	s.result()
+	s.Empty(*asked)
+	s.Require().Len(s.envelopes(), 1)
+	s.Len(s.envelopes()[0].RetryAttempts, 3, "the earlier run's attempts were looked up")
+}
+
+// A run from before revisions (revision 0) still asks, so that its history replays.
+func (s *retrySuite) TestRevisionZeroAsksAsBefore() {
+	asked := s.askedVersions()
+	s.start(report(fixedPolicy(3), 0, transient))
+
+	s.Equal(StatusDelivered, s.result().Status)
+	s.Contains(*asked, changeBreakerHoldsRetries)
+}
+
+// Every change a revision includes is a gate of the source, once.
+func (s *retrySuite) TestRevisionChangesAreGates() {
+	gates := []string{changePriorAttempts, changeUnknownCapPerPolicy, changeRetryOpensWindow, changeReportsWithQuietTimer, changeBreakerHoldsRetries}
+	var all []string
+	for rev, ids := range revisionChanges {
+		if rev == 0 {
+			s.Empty(ids, "revision 0 takes no change without asking")
+		}
+		all = append(all, ids...)
+	}
+	s.Len(revisionChanges, CurrentRevision+1)
+	for _, id := range all {
+		s.Contains(gates, id)
+	}
+	slices.Sort(all)
+	s.Len(slices.Compact(all), len(gates), "each gate in one revision")
+}
