@@ -260,7 +260,13 @@ func (s *stack) recordHistory(id, name string) {
 	}
 	b, err := protojson.MarshalOptions{Indent: "  "}.Marshal(h)
 	require.NoError(s.t, err)
-	require.NoError(s.t, os.WriteFile(filepath.Join(dir, name+".json"), b, 0o644))
+	// A recorded history is never replaced: one that a change stops replaying is what the
+	// change must keep working (README, "Replay histories").
+	path := filepath.Join(dir, name+".json")
+	if _, err := os.Stat(path); err == nil {
+		s.t.Fatalf("%s exists: recorded histories are never re-recorded; record into an empty directory and add the new one under its own name", path)
+	}
+	require.NoError(s.t, os.WriteFile(path, b, 0o644))
 }
 
 // consumer collects what arrives on a queue, reconnecting when the broker drops it.

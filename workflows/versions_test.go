@@ -6,6 +6,7 @@ import (
 	"go/token"
 	"maps"
 	"path/filepath"
+	"retry-scheduler/workflows"
 	"slices"
 	"strconv"
 	"strings"
@@ -272,4 +273,28 @@ func (o *versionOutbound) GetVersionWithOptions(ctx workflow.Context, changeID s
 	v := o.Next.GetVersionWithOptions(ctx, changeID, minSupported, maxSupported, options)
 	o.rec.note(changeID, v)
 	return v
+}
+
+// TestEveryRevisionHasARecordedHistory: runs started at each revision (0: before revisions)
+// take other branches without a marker to say so, so each revision up to CurrentRevision is
+// the start input of at least one recorded RetryWorkflow history that must replay.
+func TestEveryRevisionHasARecordedHistory(t *testing.T) {
+	dc := converter.GetDefaultDataConverter()
+	seen := map[int][]string{}
+	for _, f := range recordedHistories(t) {
+		if !replays(f) {
+			continue
+		}
+		start := loadHistory(t, f).GetEvents()[0].GetWorkflowExecutionStartedEventAttributes()
+		if start.GetWorkflowType().GetName() != workflows.RetryWorkflowName {
+			continue
+		}
+		var in workflows.Input
+		require.NoError(t, dc.FromPayloads(start.GetInput(), &in), "%s: start input", filepath.Base(f))
+		seen[in.Revision] = append(seen[in.Revision], filepath.Base(f))
+	}
+	for rev := 0; rev <= workflows.CurrentRevision; rev++ {
+		require.NotEmpty(t, seen[rev], "no recorded history of a run started at revision %d; record one (README, \"Replay histories\")", rev)
+		t.Logf("revision %d: %s", rev, strings.Join(seen[rev], ", "))
+	}
 }
