@@ -90,11 +90,12 @@ func runCeiling(ctx context.Context, c options, env *environment) ([]step, error
 		p.mu.Lock()
 		p.steps[name] = t
 		p.mu.Unlock()
-		cpu := newCPUMeter(map[string]int{"server": srv.Pid(), "worker": os.Getpid()})
+		cpu := newCPUMeter(map[string]int{"server": srv.Pid(), "worker": os.Getpid()}, srv.cpuGroups())
+		engine := newEngineMeter(ctx, srv.metricsURL)
 
 		start, end := pace(ctx, rate, c.StepDuration, c.Publishers, func(ctx context.Context, seq int) {
 			opts := client.StartWorkflowOptions{
-				ID:               name + "-" + strconv.Itoa(seq) + "-" + env.prefix,
+				ID:               probeWorkflowID(name, seq, env.prefix),
 				TaskQueue:        taskQueue,
 				EnableEagerStart: true,
 			}
@@ -119,7 +120,14 @@ func runCeiling(ctx context.Context, c options, env *environment) ([]step, error
 
 		s := step{Phase: phaseCeiling, Rate: rate}
 		cpu.record(&s)
+		engine.stop(ctx)
 		t.fill(&s, start, end)
+		s.Engine = engine.work(s.Completed)
+		var sample []sampledWorkflow
+		for _, seq := range spread(t.completedSeqs(), historySample) {
+			sample = append(sample, sampledWorkflow{id: probeWorkflowID(name, seq, env.prefix), retries: 1, runs: 1})
+		}
+		s.Engine.addHistory(ctx, srv, sample)
 		perRetry(&s)
 		judge(&s, c)
 		env.progress(s)
@@ -131,6 +139,11 @@ func runCeiling(ctx context.Context, c options, env *environment) ([]step, error
 		sleep(ctx, time.Second)
 	}
 	return out, nil
+}
+
+// probeWorkflowID is the ID of the probe workflow seq of a ceiling step.
+func probeWorkflowID(step string, seq int, prefix string) string {
+	return step + "-" + strconv.Itoa(seq) + "-" + prefix
 }
 
 // sleep waits d or until ctx ends.

@@ -20,9 +20,10 @@ const (
 	phaseLadder    = "ladder"
 	phaseSustained = "sustained"
 	phaseBurst     = "burst"
+	phaseMixed     = "mixed"
 )
 
-var allPhases = []string{phaseCeiling, phaseLadder, phaseSustained, phaseBurst}
+var allPhases = []string{phaseCeiling, phaseLadder, phaseSustained, phaseBurst, phaseMixed}
 
 // defaultDynamicConfig is passed to the dev server on top of the flags `make run` uses
 // (devserver.Server.Args, which include devserver.DynamicConfig): none, so that the bench
@@ -37,7 +38,7 @@ type options struct {
 	Steps []int
 	// StepDuration is how long each ceiling/ladder step offers load.
 	StepDuration time.Duration
-	// Rate and Duration shape the sustained phase.
+	// Rate and Duration shape the sustained and the mixed phase.
 	Rate     int
 	Duration time.Duration
 	// BurstRate and BurstDuration shape the burst phase.
@@ -62,6 +63,10 @@ type options struct {
 	Publishers int
 	// RabbitMQURL is the broker.
 	RabbitMQURL string
+	// Engine is the Temporal server every phase runs against: the CLI's dev server (SQLite), or
+	// the Temporal server on PostgreSQL (temporary databases on $TEMPORAL_POSTGRES_*, the
+	// server binary from $TEMPORAL_SERVER_DIR).
+	Engine devserver.Engine
 	// TemporalCLI is the binary the dev server runs.
 	TemporalCLI string
 	// DynamicConfig are KEY=VALUE pairs for the dev server's --dynamic-config-value.
@@ -108,8 +113,8 @@ func parseConfig(args []string, stderr io.Writer) (options, error) {
 	phases := fs.String("phases", strings.Join(allPhases, ","), "phases to run, comma-separated: "+strings.Join(allPhases, ","))
 	steps := fs.String("steps", "10,20,25,30,35,40,50,60,75,100,125,150,200", "rates (/s) of the ceiling and ladder steps, rising")
 	fs.DurationVar(&c.StepDuration, "step-duration", 20*time.Second, "load time of each ceiling/ladder step (when not given: the smaller of 20s and -duration)")
-	fs.IntVar(&c.Rate, "rate", 50, "sustained: failed messages per second")
-	fs.DurationVar(&c.Duration, "duration", 120*time.Second, "sustained: how long to publish")
+	fs.IntVar(&c.Rate, "rate", 50, "sustained and mixed: failed messages per second")
+	fs.DurationVar(&c.Duration, "duration", 120*time.Second, "sustained and mixed: how long to publish")
 	fs.IntVar(&c.BurstRate, "burst-rate", 200, "burst: failed messages per second")
 	fs.DurationVar(&c.BurstDuration, "burst-duration", 30*time.Second, "burst: how long to publish")
 	fs.DurationVar(&c.Delay, "delay", time.Second, "retry delay of the bench policy, and the ceiling workflow's sleep")
@@ -121,6 +126,7 @@ func parseConfig(args []string, stderr io.Writer) (options, error) {
 	fs.DurationVar(&c.DrainLimit, "drain-limit", 10*time.Minute, "after the load, stop waiting for the last arrivals after this long in any case")
 	fs.IntVar(&c.Publishers, "publishers", 16, "concurrent publishers (ingress) / workflow starters (ceiling)")
 	fs.StringVar(&c.RabbitMQURL, "rabbitmq-url", brokertest.URL(), "RabbitMQ (env RABBITMQ_URL)")
+	engine := fs.String("engine", string(devserver.EngineDev), "Temporal server: dev (the CLI's dev server, SQLite) or postgres (the Temporal server on PostgreSQL: env TEMPORAL_POSTGRES_*, TEMPORAL_SERVER_DIR)")
 	fs.StringVar(&c.TemporalCLI, "temporal-cli", devserver.DefaultBinary(), "Temporal CLI for the dev server (env TEMPORAL_CLI)")
 	dyn := &listFlag{vals: slices.Clone(defaultDynamicConfig)}
 	fs.Var(dyn, "dynamic-config", "dev server --dynamic-config-value KEY=VALUE (e.g. matching.numTaskqueueReadPartitions=1), repeatable")
@@ -180,6 +186,14 @@ func parseConfig(args []string, stderr io.Writer) (options, error) {
 		if !strings.Contains(kv, "=") {
 			errs = append(errs, fmt.Errorf("-sqlite-pragma %q: want PRAGMA=VALUE", kv))
 		}
+	}
+	if e, err := devserver.ParseEngine(*engine); err != nil {
+		errs = append(errs, fmt.Errorf("-engine: %w", err))
+	} else {
+		c.Engine = e
+	}
+	if c.Engine == devserver.EnginePostgres && len(c.SQLitePragmas) > 0 {
+		errs = append(errs, errors.New("-sqlite-pragma applies to the dev engine only"))
 	}
 	c.ServiceEnv = env.vals
 	c.ABEnv = abEnv.vals

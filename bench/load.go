@@ -57,8 +57,14 @@ type step struct {
 	// OthersBusyCores is CPU["others"] per second of the step: how busy the rest of the machine
 	// kept its cores (the broker included). Above a few tenths, the numbers are noisy.
 	OthersBusyCores float64 `json:"others_busy_cores"`
-	Pass            bool    `json:"pass"`
-	Why             string  `json:"why,omitempty"`
+	// Engine is the Temporal server's work per retry: database calls from its metrics, and
+	// the shape of a sample of the step's workflow histories.
+	Engine *engineWork `json:"engine,omitempty"`
+	// Mixed is the mixed phase's bookkeeping: what the consumer did with the messages and how
+	// each kind of retry fared.
+	Mixed *mixedStats `json:"mixed,omitempty"`
+	Pass  bool        `json:"pass"`
+	Why   string      `json:"why,omitempty"`
 }
 
 // arrival is one completion of a message: a delivery on the original queue, or the ceiling
@@ -151,20 +157,27 @@ loop:
 // come back for idle (after the first delay), or limit has passed. Waiting on progress rather
 // than a fixed time keeps a slow drain of a big backlog from being counted as loss.
 func (t *tracker) waitAll(ctx context.Context, idle, limit time.Duration) {
+	waitFor(ctx, t.delay, idle, limit, func() bool {
+		t.mu.Lock()
+		n := len(t.sent)
+		t.mu.Unlock()
+		return int(t.distinct.Load()) >= n
+	}, t.distinct.Load)
+}
+
+// waitFor polls until done says so, or ctx ends, or progress has not moved for idle (counted
+// from delay after the call, when the first result can be due), or limit has passed.
+func waitFor(ctx context.Context, delay, idle, limit time.Duration, done func() bool, progress func() int64) {
 	deadline := time.NewTimer(limit)
 	defer deadline.Stop()
 	tick := time.NewTicker(50 * time.Millisecond)
 	defer tick.Stop()
-	last, lastChange := int64(-1), time.Now().Add(t.delay)
+	last, lastChange := int64(-1), time.Now().Add(delay)
 	for {
-		t.mu.Lock()
-		n := len(t.sent)
-		t.mu.Unlock()
-		got := t.distinct.Load()
-		if int(got) >= n {
+		if done() {
 			return
 		}
-		if now := time.Now(); got != last && now.After(lastChange) {
+		if now, got := time.Now(), progress(); got != last && now.After(lastChange) {
 			last, lastChange = got, now
 		}
 		if time.Since(lastChange) > idle {
@@ -283,6 +296,19 @@ func perRetry(s *step) {
 		}
 		s.CPUPerRetry[k] = round(v * 1000 / float64(s.Completed))
 	}
+}
+
+// completedSeqs returns the sequence numbers of the messages that came back.
+func (t *tracker) completedSeqs() []int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var out []int
+	for seq, arrivals := range t.got {
+		if _, ok := t.sent[seq]; ok && len(arrivals) > 0 {
+			out = append(out, seq)
+		}
+	}
+	return out
 }
 
 // missing returns up to n sequence numbers that were sent and never came back, lowest first.

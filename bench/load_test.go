@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/assert"
+
+	"retry-scheduler/devserver"
 )
 
 func TestSummarizeNearestRank(t *testing.T) {
@@ -77,4 +79,22 @@ func TestParseConfigDefaultsAndStepDuration(t *testing.T) {
 	_, err = parseConfig([]string{"-phases", "nope", "-steps", "50,25"}, nil)
 	assert.ErrorContains(t, err, `unknown phase "nope"`)
 	assert.ErrorContains(t, err, "-steps must rise")
+}
+
+func TestParseConfigEngineAndMixed(t *testing.T) {
+	c, err := parseConfig(nil, nil)
+	assert.NoError(t, err)
+	assert.Equal(t, devserver.EngineDev, c.Engine)
+	assert.Equal(t, []string{phaseCeiling, phaseLadder, phaseSustained, phaseBurst, phaseMixed}, c.Phases, "mixed runs last by default")
+	assert.Equal(t, []load{{rate: 50, duration: 120 * time.Second}}, phaseLoads(c, phaseMixed), "at -rate for -duration")
+
+	c, err = parseConfig([]string{"-engine", "postgres", "-phases", "mixed,ceiling"}, nil)
+	assert.NoError(t, err)
+	assert.Equal(t, devserver.EnginePostgres, c.Engine)
+	assert.Equal(t, []string{phaseCeiling, phaseMixed}, c.Phases)
+
+	_, err = parseConfig([]string{"-engine", "postgres", "-sqlite-pragma", "cache_size=-65536"}, nil)
+	assert.ErrorContains(t, err, "-sqlite-pragma applies to the dev engine only")
+	_, err = parseConfig([]string{"-engine", "mysql"}, nil)
+	assert.ErrorContains(t, err, `-engine: devserver: unknown engine "mysql"`)
 }

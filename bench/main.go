@@ -1,10 +1,13 @@
 // Command bench measures retry-scheduler on this machine (`make bench`): the bare engine's
 // ceiling, then the whole pipeline (RabbitMQ → bridge → RetryWorkflow → republish → RabbitMQ)
-// at rising rates, sustained and in a burst. It prints a table and writes JSON under
-// bench/results. See bench/README.md for the method and how to read the numbers.
+// at rising rates, sustained, in a burst, and with consumers that fail again (mixed), with
+// the Temporal server's work per retry, on the dev server or (-engine postgres) the Temporal
+// server on PostgreSQL. It prints a table and writes JSON under bench/results. See
+// bench/README.md for the method and how to read the numbers.
 //
-//	go run ./bench                                        # every phase, default lengths (~10 min)
+//	go run ./bench                                        # every phase, default lengths (~15-25 min)
 //	go run ./bench -phases ceiling,sustained,burst -duration 15s -burst-duration 5s
+//	go run ./bench -engine postgres -phases mixed -duration 20s
 package main
 
 import (
@@ -19,6 +22,7 @@ import (
 	"os"
 	"os/signal"
 	"slices"
+	"strconv"
 	"syscall"
 	"time"
 
@@ -140,7 +144,7 @@ func phaseLoads(c options, phase string) []load {
 			loads[i] = load{rate: r, duration: c.StepDuration}
 		}
 		return loads
-	case phaseSustained:
+	case phaseSustained, phaseMixed:
 		return []load{{rate: c.Rate, duration: c.Duration}}
 	case phaseBurst:
 		return []load{{rate: c.BurstRate, duration: c.BurstDuration}}
@@ -161,29 +165,62 @@ func runVariantB(ctx context.Context, c options, env *environment, phase string)
 	return steps, err
 }
 
-// startServer starts a dev server of the phase's own (a fresh SQLite file in a temporary
-// directory, the flags of `make run`, plus the configured dynamic config), headless.
-func (e *environment) startServer(ctx context.Context) (*devserver.Server, error) {
+// server is a phase's Temporal server and where its Prometheus metrics are served.
+type server struct {
+	*devserver.Server
+	metricsURL string
+}
+
+// startServer starts a server of the phase's own, headless: on the dev engine a fresh SQLite
+// file in a temporary directory with the flags of `make run`; on the postgres engine a fresh
+// pair of temporary databases. Both get the configured dynamic config and serve their
+// metrics on a free port.
+func (e *environment) startServer(ctx context.Context) (*server, error) {
+	port, err := devserver.FreePort()
+	if err != nil {
+		return nil, err
+	}
+	metricsAddr := "127.0.0.1:" + strconv.Itoa(port)
 	var extra []string
 	for _, kv := range e.c.DynamicConfig {
 		extra = append(extra, "--dynamic-config-value", kv)
 	}
-	for _, kv := range e.c.SQLitePragmas {
-		extra = append(extra, "--sqlite-pragma", kv)
+	o := devserver.Options{Engine: e.c.Engine, Binary: e.c.TemporalCLI, UIPort: -1}
+	if e.c.Engine == devserver.EnginePostgres {
+		if o.Postgres, err = devserver.PostgresFromEnv(os.Getenv); err != nil {
+			return nil, err
+		}
+		o.Postgres.MetricsAddress = metricsAddr
+	} else {
+		for _, kv := range e.c.SQLitePragmas {
+			extra = append(extra, "--sqlite-pragma", kv)
+		}
+		extra = append(extra, "--metrics-port", strconv.Itoa(port))
 	}
+	o.ExtraArgs = extra
 	started := time.Now()
-	srv, err := devserver.Start(ctx, devserver.Options{Binary: e.c.TemporalCLI, UIPort: -1, ExtraArgs: extra})
+	srv, err := devserver.Start(ctx, o)
 	if err != nil {
-		return nil, fmt.Errorf("start the Temporal dev server: %w", err)
+		return nil, fmt.Errorf("start the %s: %w", e.c.Engine.ServerName(), err)
 	}
-	e.log.Info("dev server up", "address", srv.Address, "pid", srv.Pid(), "took", time.Since(started).Round(time.Millisecond))
-	return srv, nil
+	e.log.Info("Temporal server up", "engine", e.c.Engine, "address", srv.Address, "pid", srv.Pid(), "metrics", metricsAddr,
+		"took", time.Since(started).Round(time.Millisecond))
+	return &server{Server: srv, metricsURL: "http://" + metricsAddr + "/metrics"}, nil
 }
 
-func (e *environment) stopServer(srv *devserver.Server) {
+func (e *environment) stopServer(srv *server) {
 	if err := srv.Stop(); err != nil {
-		e.log.Warn("stop the dev server", "error", err)
+		e.log.Warn("stop the Temporal server", "error", err)
 	}
+}
+
+// cpuGroups are the process groups whose CPU a step measures besides the named processes:
+// on the postgres engine, "db", the PostgreSQL backends serving the server's two databases.
+func (s *server) cpuGroups() map[string]*procGroup {
+	if s.Engine != devserver.EnginePostgres {
+		return nil
+	}
+	return map[string]*procGroup{"db": newProcGroup(postgresBackends(s.Database, s.VisibilityDatabase))}
 }
 
 // progress logs a finished step.

@@ -33,7 +33,7 @@ type load struct {
 type pipeline struct {
 	c       options
 	env     *environment
-	srv     *devserver.Server
+	srv     *server
 	svc     *proc.Process
 	bcfg    broker.Config
 	pub     *broker.Publisher
@@ -116,19 +116,24 @@ func (p *pipeline) start(ctx context.Context, phase string) error {
 	return nil
 }
 
-// benchPolicy routes the bench's original queues to one fixed delay without jitter, so that
-// each message's scheduled time is its send time plus the delay.
+// benchMaxRetries is the bench policy's max_retries: the mixed phase's exhausting messages
+// are republished this many times, and dead-lettered at their next failure.
+const benchMaxRetries = 3
+
+// benchPolicy routes the bench's original queues to one fixed delay without jitter, for every
+// attempt (a schedule's last delay repeats), so that each retry's scheduled time is the send
+// time of the message, or of the failure report it answers, plus the delay.
 func benchPolicy(prefix string, c options) string {
 	return fmt.Sprintf(`policies:
   bench:
     backoff: {type: schedule, delays: [%s]}
     jitter: {mode: none}
-    max_retries: 3
+    max_retries: %d
     quiet_window: %s
 routes:
   - queue: %q
     policy: bench
-`, c.Delay, c.QuietWindow, prefix+".*.orig-*")
+`, c.Delay, benchMaxRetries, c.QuietWindow, prefix+".*.orig-*")
 }
 
 func (p *pipeline) close() {
@@ -156,25 +161,34 @@ func (p *pipeline) run(ctx context.Context, phase string, i int, l load) (step, 
 		return step{}, fmt.Errorf("%s: %w", name, err)
 	}
 	defer deleteQueues(p.bcfg, original)
+	if phase == phaseMixed {
+		return p.runMixed(ctx, phase, name, original, l)
+	}
 
 	t := newTracker(p.c.Delay)
 	cctx, stopConsumer := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	consuming := make(chan struct{})
-	wg.Go(func() { p.consume(cctx, original, t, consuming) })
+	wg.Go(func() {
+		p.consume(cctx, original, consuming, func(d amqp.Delivery, at time.Time) {
+			var pl payload
+			if err := json.Unmarshal(d.Body, &pl); err == nil {
+				key, _ := d.Headers[message.HeaderRetryKey].(string)
+				t.arrived(pl.Seq, at, key)
+			}
+		})
+	})
 	backlog := &peak{}
 	wg.Go(func() { p.sampleBacklog(cctx, backlog) })
 	defer func() { stopConsumer(); wg.Wait() }()
 	// Arrival times are only right with the consumer attached before the first retry is due.
-	select {
-	case <-consuming:
-	case <-ctx.Done():
-		return step{}, ctx.Err()
-	case <-time.After(30 * time.Second):
-		return step{}, fmt.Errorf("%s: consumer not attached to %s within 30s", name, original)
+	if err := awaitConsumer(ctx, name, original, consuming); err != nil {
+		return step{}, err
 	}
 
-	cpu := newCPUMeter(map[string]int{"server": p.srv.Pid(), "worker": p.svc.Pid(), "bench": os.Getpid()})
+	cpu := p.cpuMeter()
+	defer cpu.close()
+	engine := newEngineMeter(ctx, p.srv.metricsURL)
 	start, end := pace(ctx, l.rate, l.duration, p.c.Publishers, func(ctx context.Context, seq int) {
 		p.send(ctx, original, name, seq, t)
 	})
@@ -183,7 +197,14 @@ func (p *pipeline) run(ctx context.Context, phase string, i int, l load) (step, 
 
 	s := step{Phase: phase, Rate: l.rate, PeakIngressBacklog: backlog.get()}
 	cpu.record(&s)
+	engine.stop(ctx)
 	t.fill(&s, start, end)
+	s.Engine = engine.work(s.Completed)
+	var sample []sampledWorkflow
+	for _, seq := range spread(t.completedSeqs(), historySample) {
+		sample = append(sample, sampledWorkflow{id: message.WorkflowID(original, name+"-"+strconv.Itoa(seq)), retries: 1, runs: 1})
+	}
+	s.Engine.addHistory(ctx, p.srv, sample)
 	s.DeadLettered = purge(p.bcfg, p.dlq)
 	if s.Lost > 0 {
 		s.Missing = p.explain(ctx, original, name, t.missing(5))
@@ -197,6 +218,24 @@ func (p *pipeline) run(ctx context.Context, phase string, i int, l load) (step, 
 		s.Why = joinWhy(s.Why, "dead-lettered")
 	}
 	return s, nil
+}
+
+// cpuMeter measures the step's CPU: the Temporal server, the service, the bench, and on the
+// postgres engine the database backends.
+func (p *pipeline) cpuMeter() *cpuMeter {
+	return newCPUMeter(map[string]int{"server": p.srv.Pid(), "worker": p.svc.Pid(), "bench": os.Getpid()}, p.srv.cpuGroups())
+}
+
+// awaitConsumer waits until a consumer is attached (consuming closed), at most 30 s.
+func awaitConsumer(ctx context.Context, name, queue string, consuming <-chan struct{}) error {
+	select {
+	case <-consuming:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(30 * time.Second):
+		return fmt.Errorf("%s: consumer not attached to %s within 30s", name, queue)
+	}
 }
 
 // explain says, for lost messages, what Temporal knows of their workflows.
@@ -247,30 +286,16 @@ func (p *pipeline) ask(ctx context.Context, timeout time.Duration, f func(contex
 	return f(ctx, tc)
 }
 
+// sendRecorder is where send records its outcome: the tracker of a step.
+type sendRecorder interface {
+	markSent(seq int, at time.Time)
+	markError()
+}
+
 // send publishes message seq of a step as a RetryMessage, with a confirm.
-func (p *pipeline) send(ctx context.Context, original, name string, seq int, t *tracker) {
+func (p *pipeline) send(ctx context.Context, original, name string, seq int, t sendRecorder) {
 	at := time.Now()
-	body, _ := json.Marshal(payload{Seq: seq, SentAt: at})
-	m := message.RetryMessage{
-		MessageID:       name + "-" + strconv.Itoa(seq),
-		OriginalPayload: body,
-		OriginalQueue:   original,
-		ErrorReason:     "503 from bench",
-		HTTPStatus:      503,
-		ErrorCategory:   "transient",
-		Service:         "bench",
-	}
-	raw, err := json.Marshal(m)
-	if err != nil {
-		t.markError()
-		return
-	}
-	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	err = p.pub.Publish(pctx, "", p.ingress, true, amqp.Publishing{
-		ContentType: "application/json", MessageId: m.MessageID, Body: raw, DeliveryMode: amqp.Persistent,
-	})
-	if err != nil {
+	if err := p.publishReport(ctx, original, name+"-"+strconv.Itoa(seq), mustJSON(payload{Seq: seq, SentAt: at}), 0, ""); err != nil {
 		t.markError()
 		p.env.log.Debug("publish", "error", err)
 		return
@@ -278,19 +303,19 @@ func (p *pipeline) send(ctx context.Context, original, name string, seq int, t *
 	t.markSent(seq, at)
 }
 
-// consume records every delivery on queue until ctx ends, reconnecting if the broker drops
-// the connection. Arrival time is taken on receipt, before the ack.
-// consuming is closed once the first session consumes.
-func (p *pipeline) consume(ctx context.Context, queue string, t *tracker, consuming chan struct{}) {
+// consume hands every delivery on queue to handle, with its arrival time (taken on receipt),
+// then acks it, until ctx ends, reconnecting if the broker drops the connection. consuming is
+// closed once the first session consumes.
+func (p *pipeline) consume(ctx context.Context, queue string, consuming chan struct{}, handle func(d amqp.Delivery, at time.Time)) {
 	var once sync.Once
 	ready := func() { once.Do(func() { close(consuming) }) }
 	for ctx.Err() == nil {
-		p.consumeSession(ctx, queue, t, ready)
+		p.consumeSession(ctx, queue, ready, handle)
 		sleep(ctx, 200*time.Millisecond)
 	}
 }
 
-func (p *pipeline) consumeSession(ctx context.Context, queue string, t *tracker, ready func()) {
+func (p *pipeline) consumeSession(ctx context.Context, queue string, ready func(), handle func(d amqp.Delivery, at time.Time)) {
 	conn, err := broker.Dial(broker.Config{URL: p.c.RabbitMQURL, ConnectionName: "bench-consumer"})
 	if err != nil {
 		p.env.log.Warn("consumer dial", "error", err)
@@ -318,12 +343,7 @@ func (p *pipeline) consumeSession(ctx context.Context, queue string, t *tracker,
 			if !ok {
 				return
 			}
-			at := time.Now()
-			var pl payload
-			if err := json.Unmarshal(d.Body, &pl); err == nil {
-				key, _ := d.Headers[message.HeaderRetryKey].(string)
-				t.arrived(pl.Seq, at, key)
-			}
+			handle(d, time.Now())
 			_ = d.Ack(false)
 		}
 	}

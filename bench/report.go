@@ -31,16 +31,20 @@ type report struct {
 }
 
 type machine struct {
-	CPUModel      string `json:"cpu_model"`
-	Cores         int    `json:"cores"`
-	GoVersion     string `json:"go_version"`
-	OS            string `json:"os"`
-	TemporalCLI   string `json:"temporal_cli"`
-	LoadAvgStart  string `json:"load_avg_start"`
-	LoadAvgFinish string `json:"load_avg_finish"`
+	CPUModel    string `json:"cpu_model"`
+	Cores       int    `json:"cores"`
+	GoVersion   string `json:"go_version"`
+	OS          string `json:"os"`
+	TemporalCLI string `json:"temporal_cli"`
+	// TemporalServer names the server the phases ran against (the engine's server).
+	TemporalServer string `json:"temporal_server"`
+	LoadAvgStart   string `json:"load_avg_start"`
+	LoadAvgFinish  string `json:"load_avg_finish"`
 }
 
 type settings struct {
+	// Engine is the Temporal server's engine: dev (the CLI's dev server, SQLite) or postgres.
+	Engine        string   `json:"engine"`
 	Phases        []string `json:"phases"`
 	Steps         []int    `json:"steps_per_s"`
 	StepSeconds   float64  `json:"step_seconds"`
@@ -75,6 +79,8 @@ type summary struct {
 	SustainedPass *bool    `json:"sustained_pass,omitempty"`
 	BurstDrainS   *float64 `json:"burst_drain_seconds,omitempty"`
 	BurstLost     *int     `json:"burst_lost,omitempty"`
+	// MixedPass is the mixed phase's verdict (it is not a pipeline rate).
+	MixedPass *bool `json:"mixed_pass,omitempty"`
 }
 
 func newReport(c options) *report {
@@ -82,14 +88,16 @@ func newReport(c options) *report {
 		Started: time.Now().UTC(),
 		Note:    c.Note,
 		Machine: machine{
-			CPUModel:     cpuModel(),
-			Cores:        runtime.NumCPU(),
-			GoVersion:    runtime.Version(),
-			OS:           runtime.GOOS + "/" + runtime.GOARCH,
-			TemporalCLI:  temporalVersion(c.TemporalCLI),
-			LoadAvgStart: loadAvg(),
+			CPUModel:       cpuModel(),
+			Cores:          runtime.NumCPU(),
+			GoVersion:      runtime.Version(),
+			OS:             runtime.GOOS + "/" + runtime.GOARCH,
+			TemporalCLI:    temporalVersion(c.TemporalCLI),
+			TemporalServer: c.Engine.ServerName(),
+			LoadAvgStart:   loadAvg(),
 		},
 		Settings: settings{
+			Engine: string(c.Engine),
 			Phases: c.Phases, Steps: c.Steps, StepSeconds: c.StepDuration.Seconds(),
 			Rate: c.Rate, Seconds: c.Duration.Seconds(), BurstRate: c.BurstRate, BurstSeconds: c.BurstDuration.Seconds(),
 			DelayMs: ms(c.Delay), QuietWindowMs: ms(c.QuietWindow), P99TargetMs: ms(c.P99Target), KeepUp: c.KeepUp,
@@ -127,6 +135,8 @@ func (r *report) finish(interrupted bool) {
 			}
 		case phaseBurst:
 			sum.BurstDrainS, sum.BurstLost = &s.DrainSeconds, &s.Lost
+		case phaseMixed:
+			sum.MixedPass = &s.Pass
 		}
 	}
 	sum.CeilingCapped = ceilingSteps > 0 && allPassed && ceilingSteps == len(r.Settings.Steps)
@@ -138,21 +148,35 @@ func (r *report) finish(interrupted bool) {
 // printTable writes the human-readable result.
 func (r *report) printTable(w io.Writer) {
 	m := r.Machine
-	fmt.Fprintf(w, "\nretry-scheduler bench %s: %s, %d cores, %s, %s; load avg %s → %s\n",
-		r.Started.Format(time.RFC3339), m.CPUModel, m.Cores, m.GoVersion, m.TemporalCLI, m.LoadAvgStart, m.LoadAvgFinish)
+	server := m.TemporalServer
+	if r.Settings.Engine != "postgres" {
+		server += " (CLI " + m.TemporalCLI + ")"
+	}
+	fmt.Fprintf(w, "\nretry-scheduler bench %s, engine %s: %s; %s, %d cores, %s; load avg %s → %s\n",
+		r.Started.Format(time.RFC3339), r.Settings.Engine, server, m.CPUModel, m.Cores, m.GoVersion, m.LoadAvgStart, m.LoadAvgFinish)
 	fmt.Fprintf(w, "lateness = completion − (send + %s); pass = p99 ≤ %s ms, throughput ≥ %.0f%% of rate, nothing lost\n\n",
 		time.Duration(r.Settings.DelayMs*float64(time.Millisecond)), fmtF(r.Settings.P99TargetMs), r.Settings.KeepUp*100)
+	db := slices.ContainsFunc(r.Steps, func(s step) bool { _, ok := s.CPU["db"]; return ok })
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "phase\trate/s\tload s\tsent\tdone\tthru/s\tp50 ms\tp99 ms\tmax ms\tdrain s\tlost\tdup\tsrv cpu ms/retry\twkr cpu ms/retry\tothers cores\tpass\t")
+	header := "phase\trate/s\tload s\tsent\tdone\tthru/s\tp50 ms\tp99 ms\tmax ms\tdrain s\tlost\tdup\tsrv cpu ms/retry\t"
+	if db {
+		header += "db cpu ms/retry\t"
+	}
+	fmt.Fprintln(tw, header+"wkr cpu ms/retry\tothers cores\tev/wft/vis /retry\tdb ops/retry\tpass\t")
 	for _, s := range r.Steps {
 		pass := "yes"
 		if !s.Pass {
 			pass = "no: " + s.Why
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t\n",
+		row := fmt.Sprintf("%s\t%d\t%s\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t",
 			s.Phase, s.Rate, fmtF(s.Seconds), s.Sent, s.Completed, fmtF(s.Throughput),
 			fmtF(s.Lateness.P50), fmtF(s.Lateness.P99), fmtF(s.Lateness.Max), fmtF(s.DrainSeconds),
-			s.Lost, dupCell(s), cpuCell(s, "server"), cpuCell(s, "worker"), fmtF(s.OthersBusyCores), pass)
+			s.Lost, dupCell(s), cpuCell(s, "server"))
+		if db {
+			row += cpuCell(s, "db") + "\t"
+		}
+		row += fmt.Sprintf("%s\t%s\t%s\t%s\t%s\t", cpuCell(s, "worker"), fmtF(s.OthersBusyCores), engineCell(s), dbOpsCell(s), pass)
+		fmt.Fprintln(tw, row)
 	}
 	tw.Flush()
 	fmt.Fprintln(w)
@@ -162,6 +186,9 @@ func (r *report) printTable(w io.Writer) {
 				fmtF(s.LatenessDuring.P50), fmtF(s.LatenessDuring.P99), fmtF(s.LatenessDuring.Max), s.LatenessDuring.Count,
 				fmtF(s.LatenessAfter.P50), fmtF(s.LatenessAfter.P99), fmtF(s.LatenessAfter.Max), s.LatenessAfter.Count,
 				s.PeakIngressBacklog, fmtF(s.ServedRate), fmtF(s.DrainSeconds))
+		}
+		if m := s.Mixed; m != nil && strings.HasPrefix(s.Phase, phaseMixed) {
+			fmt.Fprintf(w, "%s: %s\n", s.Phase, mixedLine(s, m))
 		}
 	}
 	sum := r.Summary
@@ -183,6 +210,22 @@ func (r *report) printTable(w io.Writer) {
 	fmt.Fprintf(w, "ceiling (bare engine): %s; pipeline: %s; ratio pipeline/ceiling: %s\n", ceiling, pipeline, ratio)
 	fmt.Fprintln(w, "others cores: CPU used meanwhile by everything else (broker included), in cores; above ~0.3 the run was noisy")
 	fmt.Fprintln(w, "wkr cpu: the bench process for ceiling rows (probe worker + starter), the service process (bridge + worker) for the others")
+	fmt.Fprintln(w, "ev/wft/vis: history events, completed workflow tasks (from a sample of histories) and visibility writes (server metrics) per retry; db ops: the server's persistence requests per retry (idle work included)")
+	if slices.ContainsFunc(r.Steps, func(s step) bool { _, ok := s.CPU["db"]; return ok }) {
+		fmt.Fprintln(w, "db cpu: the PostgreSQL backends connected to the step's two databases (shared background processes count under others)")
+	}
+}
+
+// mixedLine is the mixed phase's account under the table.
+func mixedLine(s step, m *mixedStats) string {
+	lat := func(kind string) string {
+		l := m.Lateness[kind]
+		return fmt.Sprintf("%s %s/%s/%s ms (%d)", strings.ReplaceAll(kind, "_", " "), fmtF(l.P50), fmtF(l.P99), fmtF(l.Max), l.Count)
+	}
+	return fmt.Sprintf("%d messages (%d delivered at once, %d re-failed at once, %d after the window, %d exhausting); %d retries served at %s/s; lateness p50/p99/max %s, %s, %s; dead-lettered %d exhausted, %d unexpected; %d ended, %d lost (pass: p99 over every retry and nothing lost; throughput is not judged)",
+		s.Sent, m.Fates[fateDelivered.String()], m.Fates[fateRefailNow.String()], m.Fates[fateRefailLate.String()], m.Fates[fateExhaust.String()],
+		s.Completed, fmtF(s.ServedRate), lat("first"), lat("later_same_run"), lat("later_new_run"),
+		m.DeadExhausted, m.DeadUnexpected+m.DeadWrongReason, m.Ended, s.Lost)
 }
 
 func dupCell(s step) string {

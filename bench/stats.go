@@ -104,28 +104,71 @@ func machineCPUSeconds() (float64, error) {
 	return float64(busy) / clockTicks, nil
 }
 
-// cpuMeter measures, between newCPUMeter and used, the CPU seconds of named processes and of
-// the whole machine; "others" is the machine's minus the named processes': everything else
-// running meanwhile (the broker, and other people's work on a shared machine).
+// cpuMeter measures, between newCPUMeter and used, the CPU seconds of named processes, of
+// named groups of processes (procGroup) and of the whole machine; "others" is the machine's
+// minus ours: everything else running meanwhile (the broker, and other people's work on a
+// shared machine).
 type cpuMeter struct {
 	pids    map[string]int
+	groups  map[string]*procGroup
 	start   map[string]float64
 	machine float64
 	began   time.Time
+	stop    chan struct{}
+	done    chan struct{}
 }
 
-func newCPUMeter(pids map[string]int) *cpuMeter {
-	m := &cpuMeter{pids: pids, start: map[string]float64{}, began: time.Now()}
+// groupSampleInterval is how often a group's processes are read, so that one that exits
+// during the step is counted up to its last second.
+const groupSampleInterval = time.Second
+
+func newCPUMeter(pids map[string]int, groups map[string]*procGroup) *cpuMeter {
+	m := &cpuMeter{pids: pids, groups: groups, start: map[string]float64{}, began: time.Now(),
+		stop: make(chan struct{}), done: make(chan struct{})}
 	for name, pid := range pids {
 		m.start[name], _ = cpuSeconds(pid)
 	}
+	for _, g := range groups {
+		g.sample()
+	}
 	m.machine, _ = machineCPUSeconds()
+	go m.watch()
 	return m
 }
 
-// record puts into s the CPU seconds each process used since newCPUMeter (-1 when
+func (m *cpuMeter) watch() {
+	defer close(m.done)
+	if len(m.groups) == 0 {
+		return
+	}
+	tick := time.NewTicker(groupSampleInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-m.stop:
+			return
+		case <-tick.C:
+			for _, g := range m.groups {
+				g.sample()
+			}
+		}
+	}
+}
+
+// close ends the groups' sampling; record does it too.
+func (m *cpuMeter) close() {
+	select {
+	case <-m.stop:
+	default:
+		close(m.stop)
+	}
+	<-m.done
+}
+
+// record puts into s the CPU seconds each process and group used since newCPUMeter (-1 when
 // unreadable), plus "others", and how many cores the others kept busy on average.
 func (m *cpuMeter) record(s *step) {
+	m.close()
 	s.CPU = m.used()
 	if o, ok := s.CPU["others"]; ok {
 		s.OthersBusyCores = round(o / time.Since(m.began).Seconds())
@@ -143,6 +186,12 @@ func (m *cpuMeter) used() map[string]float64 {
 		}
 		out[name] = math.Round((now-m.start[name])*100) / 100
 		ours += now - m.start[name]
+	}
+	for name, g := range m.groups {
+		g.sample()
+		u := g.used()
+		out[name] = math.Round(u*100) / 100
+		ours += u
 	}
 	if now, err := machineCPUSeconds(); err == nil && m.machine > 0 {
 		out["others"] = math.Round(max(0, now-m.machine-ours)*100) / 100

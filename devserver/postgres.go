@@ -102,6 +102,10 @@ type PostgresOptions struct {
 	// Dir holds bin/server and bin/sql (cmd/server and cmd/tools/sql of ServerVersion).
 	// Defaults to DefaultServerDir().
 	Dir string
+	// MetricsAddress, host:port, is where the server serves its Prometheus /metrics
+	// (global.metrics.prometheus.listenAddress), as start-dev's --metrics-port does for the
+	// dev server. "" serves none.
+	MetricsAddress string
 }
 
 // LogValue leaves the password out of logs.
@@ -186,6 +190,11 @@ func (p PostgresOptions) validate() error {
 		}
 		if p.Database == p.VisibilityDatabase {
 			errs = append(errs, fmt.Errorf("the visibility database must differ from the main one (%s)", p.Database))
+		}
+	}
+	if p.MetricsAddress != "" {
+		if _, port, err := net.SplitHostPort(p.MetricsAddress); err != nil || port == "" {
+			errs = append(errs, fmt.Errorf("metrics address %q (want host:port)", p.MetricsAddress))
 		}
 	}
 	if err := errors.Join(errs...); err != nil {
@@ -550,6 +559,13 @@ global:
   membership:
     maxJoinDuration: 30s
     broadcastAddress: 127.0.0.1
+[[- if .MetricsAddress ]]
+  metrics:
+    prometheus:
+      framework: tally
+      timerType: histogram
+      listenAddress: [[ q .MetricsAddress ]]
+[[- end ]]
 
 services:
 [[- range .Services ]]
@@ -620,8 +636,9 @@ func (st *pgState) renderConfig() ([]byte, error) {
 			{"matching", p.Matching, p.MatchingMembership},
 			{"worker", p.Worker, p.WorkerMembership},
 		},
-		"Frontend":      net.JoinHostPort("127.0.0.1", strconv.Itoa(p.Frontend)),
-		"DynamicConfig": filepath.Join(st.dir, pgDynamicFile),
+		"Frontend":       net.JoinHostPort("127.0.0.1", strconv.Itoa(p.Frontend)),
+		"DynamicConfig":  filepath.Join(st.dir, pgDynamicFile),
+		"MetricsAddress": st.pg.MetricsAddress,
 	}
 	var b bytes.Buffer
 	if err := pgConfigTemplate.Execute(&b, data); err != nil {

@@ -6,8 +6,11 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -36,7 +39,11 @@ func postgresOptions(t *testing.T) Options {
 // SIGKILL and a restart. Its temporary databases are gone after Stop.
 func TestPostgresEngine(t *testing.T) {
 	began := time.Now()
-	s := startOwnedForTest(t, postgresOptions(t))
+	o := postgresOptions(t)
+	metricsPort, err := FreePort()
+	require.NoError(t, err)
+	o.Postgres.MetricsAddress = "127.0.0.1:" + strconv.Itoa(metricsPort)
+	s := startOwnedForTest(t, o)
 	t.Logf("started in %s (log: %s)", time.Since(began).Round(time.Millisecond), s.LogFile)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
@@ -98,6 +105,12 @@ func TestPostgresEngine(t *testing.T) {
 	}, time.Minute, 200*time.Millisecond, "visibility lists the workflow by its search attributes")
 	c.Close()
 
+	// The server's Prometheus metrics (the bench reads its persistence counters), named as the
+	// dev server names them.
+	metrics := httpGet(ctx, t, "http://"+o.Postgres.MetricsAddress+"/metrics")
+	assert.Regexp(t, `(?m)^persistence_requests\{[^}]*operation="CreateWorkflowExecution"[^}]*\} [1-9]`, metrics)
+	assert.Regexp(t, `(?m)^visibility_persistence_requests\{[^}]*operation="RecordWorkflowExecutionStarted"[^}]*\} [1-9]`, metrics)
+
 	pid := s.Pid()
 	require.NoError(t, s.Kill())
 	<-s.Done()
@@ -121,6 +134,19 @@ func TestPostgresEngine(t *testing.T) {
 	require.NoError(t, s.Stop())
 	require.Error(t, CheckHealth(ctx, s.Address, s.Namespace))
 	assertDropped(t, s.opts.Postgres, s.Database, s.VisibilityDatabase)
+}
+
+func httpGet(ctx context.Context, t *testing.T, url string) string {
+	t.Helper()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	require.NoError(t, err)
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode, url)
+	b, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	return string(b)
 }
 
 // Named databases outlive the server: a second start upgrades them in place and finds the

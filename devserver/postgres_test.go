@@ -96,6 +96,7 @@ func TestPostgresValidate(t *testing.T) {
 		"too long":        {Host: "h", Port: 5432, User: "u", Database: strings.Repeat("a", 64), VisibilityDatabase: "v"},
 		"same":            {Host: "h", Port: 5432, User: "u", Database: "t", VisibilityDatabase: "t"},
 		"visibility only": {Host: "h", Port: 5432, User: "u", VisibilityDatabase: "v"},
+		"metrics port":    {Host: "h", Port: 5432, User: "u", MetricsAddress: "9090"},
 	} {
 		assert.Error(t, pg.validate(), name)
 	}
@@ -275,12 +276,38 @@ func TestRenderConfig(t *testing.T) {
 	}
 	assert.Equal(t, "127.0.0.1:7401", cfg.ClusterMetadata.ClusterInformation["active"].RPCAddress)
 	assert.Equal(t, filepath.Join(s.tempDir, pgDynamicFile), cfg.DynamicConfigClient.Filepath)
+	assert.NotContains(t, text, "prometheus", "no metrics endpoint unless asked for")
 
 	require.NoError(t, s.pg.writeConfig())
 	fi, err := os.Stat(filepath.Join(s.tempDir, "postgres.yaml"))
 	require.NoError(t, err)
 	assert.Equal(t, os.FileMode(0o600), fi.Mode().Perm())
 	assert.FileExists(t, filepath.Join(s.tempDir, pgDynamicFile))
+}
+
+// A metrics address becomes the server's Prometheus listener, as start-dev's --metrics-port.
+func TestRenderConfigMetrics(t *testing.T) {
+	s := resolvedPostgres(t, Options{Postgres: PostgresOptions{MetricsAddress: "127.0.0.1:9464"}})
+	b, err := s.pg.renderConfig()
+	require.NoError(t, err)
+	var cfg struct {
+		Global struct {
+			Membership struct {
+				BroadcastAddress string `yaml:"broadcastAddress"`
+			} `yaml:"membership"`
+			Metrics struct {
+				Prometheus struct {
+					Framework     string `yaml:"framework"`
+					ListenAddress string `yaml:"listenAddress"`
+				} `yaml:"prometheus"`
+			} `yaml:"metrics"`
+		} `yaml:"global"`
+	}
+	rendered := regexp.MustCompile(`\{\{.*?\}\}`).ReplaceAllString(string(b), `"pw"`)
+	require.NoError(t, yaml.Unmarshal([]byte(rendered), &cfg), rendered)
+	assert.Equal(t, "127.0.0.1:9464", cfg.Global.Metrics.Prometheus.ListenAddress)
+	assert.Equal(t, "tally", cfg.Global.Metrics.Prometheus.Framework, "counters named as the dev server names them")
+	assert.Equal(t, "127.0.0.1", cfg.Global.Membership.BroadcastAddress, "the metrics block stays inside global")
 }
 
 func TestRenderDynamicConfig(t *testing.T) {
