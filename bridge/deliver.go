@@ -38,13 +38,24 @@ func (s *session) process(e *entry) result {
 // context, so that the start or signal the report makes continues the message's trace.
 func (s *session) deliver(spanCtx context.Context, span trace.Span, e *entry) result {
 	b, d := s.b, e.d
-	rep, err := Decode(DeliveryFrom(d), b.cfg.Decode)
-	if err != nil {
-		var pe *PoisonError
-		if !errors.As(err, &pe) {
-			pe = &PoisonError{Kind: KindPoison, Reason: err.Error(), MessageID: d.MessageId}
+	var rep message.FailureReport
+	if e.rep != nil {
+		rep = *e.rep // decoded before it waited out its first delay
+	} else {
+		var err error
+		if rep, err = Decode(DeliveryFrom(d), b.cfg.Decode); err != nil {
+			var pe *PoisonError
+			if !errors.As(err, &pe) {
+				pe = &PoisonError{Kind: KindPoison, Reason: err.Error(), MessageID: d.MessageId}
+			}
+			return s.deadLetter(e, pe)
 		}
-		return s.deadLetter(e, pe)
+		if e.mayWait && b.cfg.Hold != nil {
+			if hold := b.cfg.Hold(rep); hold > 0 {
+				e.rep, e.due = &rep, time.Now().Add(hold)
+				return result{outcome: outcomeWaiting, wait: e}
+			}
+		}
 	}
 	if span.IsRecording() {
 		span.SetAttributes(
@@ -56,6 +67,7 @@ func (s *session) deliver(spanCtx context.Context, span trace.Span, e *entry) re
 	log := withCorrelationID(b.log.With("message_id", rep.Message.MessageID, "original_queue", rep.Message.OriginalQueue,
 		"retry_count", rep.RetryCount), rep.Message.CorrelationID)
 
+	var err error
 	for {
 		ctx, cancel := context.WithTimeout(spanCtx, b.cfg.ReportTimeout)
 		err = b.reporter.Report(ctx, rep)
@@ -134,7 +146,7 @@ func (b *Bridge) startDeliverSpan(ctx context.Context, d amqp.Delivery) (context
 }
 
 // endDeliverSpan records the delivery's outcome and ends its span. Any outcome but accepted
-// is an error status: the delivery was dead-lettered, held or left to the broker. (Each failed
+// (or waiting out its first delay, reported in a span of its own when due) is an error status: the delivery was dead-lettered, held or left to the broker. (Each failed
 // report is an error event of the span already.)
 func endDeliverSpan(span trace.Span, r result) {
 	if span.IsRecording() {
@@ -142,7 +154,7 @@ func endDeliverSpan(span trace.Span, r result) {
 		switch {
 		case r.err != nil:
 			span.SetStatus(codes.Error, r.err.Error())
-		case r.outcome != OutcomeAccepted:
+		case r.outcome != OutcomeAccepted && r.outcome != outcomeWaiting:
 			span.SetStatus(codes.Error, r.outcome)
 		}
 	}

@@ -1,12 +1,15 @@
 package bridge
 
 import (
+	"container/heap"
 	"context"
 	"errors"
 	"fmt"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"retry-scheduler/message"
 )
 
 // entry is a delivery in the bridge's hands, with the failed reports counted against it.
@@ -17,6 +20,12 @@ type entry struct {
 	// deadLettered is set once its poison envelope is confirmed on the dead-letter queue, so
 	// that a delivery held while its parked workflow could not be started is not published twice.
 	deadLettered bool
+	// rep is the decoded report of a delivery that waits out its first delay (Config.Hold),
+	// reported at due; nil until then.
+	rep *message.FailureReport
+	due time.Time
+	// mayWait is set when the loop has room for one more waiting delivery.
+	mayWait bool
 }
 
 // result is what a handler reports to its session's loop.
@@ -25,7 +34,13 @@ type result struct {
 	err     error
 	// held is the entry to hold, with outcome OutcomeHeld.
 	held *entry
+	// wait is the entry to report at its due time, with outcome outcomeWaiting.
+	wait *entry
 }
+
+// outcomeWaiting is a handler's result for a delivery that waits out its first delay: not an
+// outcome of the delivery (nothing is acked), so it is never counted.
+const outcomeWaiting = "waiting"
 
 // mode is the consuming state of a session.
 type mode int
@@ -52,6 +67,10 @@ type loop struct {
 	consumed   bool
 	// held are entries waiting for Temporal, oldest first.
 	held []*entry
+	// waiting are entries waiting out their first delay, soonest due first; wake fires at the
+	// first one's due time.
+	waiting waitQueue
+	wake    *time.Timer
 	// holdDelay is the next wait before a probe; it doubles up to MaxBackoff.
 	holdDelay            time.Duration
 	probe                *time.Timer
@@ -64,6 +83,9 @@ func (l *loop) run(ctx context.Context) error {
 		if l.probe != nil {
 			l.probe.Stop()
 		}
+		if l.wake != nil {
+			l.wake.Stop()
+		}
 	}()
 	if err := l.consume(); err != nil {
 		s.retire()
@@ -71,13 +93,17 @@ func (l *loop) run(ctx context.Context) error {
 	}
 	for {
 		l.dispatchHeld()
+		l.dispatchDue()
 		var take <-chan amqp.Delivery
 		if l.mode == running && len(l.held) == 0 && l.inflight < b.cfg.Workers {
 			take = l.deliveries
 		}
-		var probe <-chan time.Time
+		var probe, wake <-chan time.Time
 		if l.probe != nil {
 			probe = l.probe.C
+		}
+		if l.wake != nil {
+			wake = l.wake.C
 		}
 		select {
 		case <-ctx.Done():
@@ -92,6 +118,8 @@ func (l *loop) run(ctx context.Context) error {
 				return l.lost(errors.New("consumer cancelled by the broker"))
 			}
 			l.dispatch(&entry{d: d})
+		case <-wake:
+			l.wake = nil
 		case r := <-s.results:
 			l.inflight--
 			l.onResult(r)
@@ -126,7 +154,24 @@ func (l *loop) dispatchHeld() {
 	}
 }
 
+// dispatchDue hands the waiting entries whose first delay is over to handlers, as workers
+// allow, while running, and sets the wake-up for the next one.
+func (l *loop) dispatchDue() {
+	if l.mode != running {
+		return
+	}
+	now := time.Now()
+	for l.waiting.Len() > 0 && l.inflight < l.s.b.cfg.Workers && !l.waiting.next().due.After(now) {
+		l.dispatch(l.waiting.pop())
+	}
+	if l.wake == nil && l.waiting.Len() > 0 {
+		l.wake = time.NewTimer(time.Until(l.waiting.next().due))
+	}
+}
+
 func (l *loop) dispatch(e *entry) {
+	cfg := l.s.b.cfg
+	e.mayWait = cfg.Hold != nil && l.waiting.Len()+l.inflight < cfg.Prefetch-cfg.Workers
 	l.inflight++
 	l.s.b.handlers.Add(1)
 	go l.s.handle(e)
@@ -137,6 +182,13 @@ func (l *loop) dispatch(e *entry) {
 func (l *loop) onResult(r result) {
 	b := l.s.b
 	switch r.outcome {
+	case outcomeWaiting:
+		l.waiting.push(r.wait)
+		if l.wake != nil && l.waiting.next() == r.wait {
+			// The new entry is due first: dispatchDue sets the wake-up for it.
+			l.wake.Stop()
+			l.wake = nil
+		}
 	case OutcomeHeld:
 		l.held = append(l.held, r.held)
 		if l.mode == holding {
@@ -193,7 +245,10 @@ func (l *loop) lost(err error) error {
 	for range l.held {
 		l.s.b.metrics.outcome(OutcomeDroppedStale)
 	}
-	l.held = nil
+	for range l.waiting.Len() {
+		l.s.b.metrics.outcome(OutcomeDroppedStale)
+	}
+	l.held, l.waiting = nil, nil
 	return err
 }
 
@@ -222,6 +277,9 @@ func (l *loop) shutdown() error {
 			if r.held != nil {
 				l.held = append(l.held, r.held)
 			}
+			if r.wait != nil {
+				l.waiting.push(r.wait)
+			}
 		case <-deadline.C:
 			return l.lost(fmt.Errorf("shutdown: %d handlers still running after %s", l.inflight, b.cfg.ReportTimeout))
 		case e := <-l.connClosed:
@@ -233,6 +291,26 @@ func (l *loop) shutdown() error {
 	for _, e := range l.held {
 		s.requeue(e.d)
 	}
-	l.held = nil
+	for _, e := range l.waiting {
+		s.requeue(e.d)
+	}
+	l.held, l.waiting = nil, nil
 	return s.rpc("close channel", s.ch.Close)
+}
+
+// waitQueue is the entries waiting out their first delay, a min-heap by due time.
+type waitQueue []*entry
+
+func (q waitQueue) Len() int           { return len(q) }
+func (q waitQueue) Less(i, j int) bool { return q[i].due.Before(q[j].due) }
+func (q waitQueue) Swap(i, j int)      { q[i], q[j] = q[j], q[i] }
+func (q *waitQueue) Push(x any)        { *q = append(*q, x.(*entry)) }
+func (q *waitQueue) push(e *entry)     { heap.Push(q, e) }
+func (q *waitQueue) pop() *entry       { return heap.Pop(q).(*entry) }
+func (q waitQueue) next() *entry       { return q[0] }
+func (q *waitQueue) Pop() any {
+	old := *q
+	e := old[len(old)-1]
+	*q = old[:len(old)-1]
+	return e
 }

@@ -122,6 +122,13 @@ type Config struct {
 	// START_DELAY_MAX, flag -start-delay-max. Defaults to DefaultStartDelayMax; 0 never
 	// delays a start.
 	StartDelayMax time.Duration
+	// BridgeHoldMax is the longest first retry delay the bridge waits out itself, holding
+	// the delivery unacked, before it starts the message's workflow, which then republishes
+	// in its first workflow task: the bare engine's cost per retry. Longer first delays go
+	// to StartDelayMax. Operators see the message in Temporal only once the delay is over.
+	// Env BRIDGE_HOLD_MAX, flag -bridge-hold-max. Defaults to DefaultBridgeHoldMax; 0 never
+	// holds.
+	BridgeHoldMax time.Duration
 	// WorkerStopTimeout is how long a stopping worker lets activities finish; it must
 	// exceed PublishTimeout. Env WORKER_STOP_TIMEOUT, flag -worker-stop-timeout.
 	// Defaults to worker.DefaultStopTimeout.
@@ -261,7 +268,10 @@ const (
 	DefaultTemporalAddress = "127.0.0.1:7233"
 	// DefaultStartDelayMax keeps the window in which operators cannot act on a new message
 	// (signals do not end a start delay) short.
-	DefaultStartDelayMax   = 10 * time.Second
+	DefaultStartDelayMax = 10 * time.Second
+	// DefaultBridgeHoldMax covers the default policy's first delay (BASE_DELAY_MS) and keeps
+	// the unacked deliveries a bridge holds within its prefetch at a hundred reports a second.
+	DefaultBridgeHoldMax   = 2 * time.Second
 	DefaultServiceName     = "retry-scheduler"
 	DefaultLogLevel        = "info"
 	DefaultMetricsInterval = 15 * time.Second
@@ -297,6 +307,7 @@ func Default() Config {
 		PublishTimeout:    broker.DefaultPublishTimeout,
 		WorkerStopTimeout: worker.DefaultStopTimeout,
 		StartDelayMax:     DefaultStartDelayMax,
+		BridgeHoldMax:     DefaultBridgeHoldMax,
 		Retention:         workflows.DefaultRetention,
 		ServiceName:       DefaultServiceName,
 		ServiceVersion:    DefaultServiceVersion,

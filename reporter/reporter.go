@@ -33,8 +33,48 @@ type Reporter struct {
 	// Report); 0 never delays a start. Signals do not end a start delay, so an operator's
 	// retry-now or skip waits for it: keep it short.
 	StartDelayMax time.Duration
+	// HoldMax is the longest first delay the bridge waits out itself, holding the delivery
+	// unacked (HoldFor), before it reports: the run then starts when its retry is due and
+	// republishes in its first workflow task, handed over in the start's response in the
+	// all process. That is the bare engine's cost per retry: no start-delay timer, no first
+	// task through matching. 0 never holds.
+	HoldMax time.Duration
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
+}
+
+func (p *Reporter) now() time.Time {
+	if p.Now != nil {
+		return p.Now()
+	}
+	return time.Now()
+}
+
+// HoldFor is how long the bridge should keep r's delivery before reporting it (its
+// bridge.Config.Hold): what is left of the first retry's delay, counted from when the bridge
+// received the report, when that delay is at most HoldMax; else 0, report at once.
+func (p *Reporter) HoldFor(r message.FailureReport) time.Duration {
+	if p.HoldMax <= 0 || r.ReportedAt.IsZero() {
+		return 0
+	}
+	plan, ok := workflows.PlanStart(message.WorkflowID(r.Message.OriginalQueue, r.Message.MessageID), r, r.ReportedAt)
+	if !ok || plan.Delay > p.HoldMax {
+		return 0
+	}
+	return max(r.ReportedAt.Add(plan.Delay).Sub(p.now()), 0)
+}
+
+// due says whether r's first retry is already due: the bridge held it for its delay. The
+// run then starts with the report as held, to republish in its first task.
+func (p *Reporter) due(id string, r message.FailureReport) (workflows.StartPlan, bool) {
+	if p.HoldMax <= 0 || r.ReportedAt.IsZero() {
+		return workflows.StartPlan{}, false
+	}
+	plan, ok := workflows.PlanStart(id, r, r.ReportedAt)
+	if !ok || plan.Delay > p.HoldMax || r.ReportedAt.Add(plan.Delay).After(p.now()) {
+		return workflows.StartPlan{}, false
+	}
+	return plan, true
 }
 
 // Report delivers r to its workflow. A nil error means Temporal durably accepted it, so the
@@ -64,11 +104,12 @@ func (p *Reporter) report(ctx context.Context, r message.FailureReport) error {
 		TaskQueue: p.TaskQueue,
 	}
 	in := workflows.Input{Retention: p.Retention, Revision: workflows.CurrentRevision}
-	now := time.Now
-	if p.Now != nil {
-		now = p.Now
-	}
-	if plan, ok := workflows.PlanStart(id, r, now()); ok && plan.Delay <= p.StartDelayMax {
+	if plan, ok := p.due(id, r); ok {
+		// Held by the bridge for its delay: due now, republished by the first task. The
+		// start sets the search attributes that task would have.
+		opts.TypedSearchAttributes = plan.SearchAttributes
+		in.Held = true
+	} else if plan, ok := workflows.PlanStart(id, r, p.now()); ok && plan.Delay <= p.StartDelayMax {
 		// A new run's first retry waits as the start delay: its first workflow task is the
 		// republish, one task and one timer fewer per retry than a timer in the first task.
 		// The start sets the search attributes that task would have.

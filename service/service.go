@@ -183,7 +183,7 @@ func Run(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 		if counter != nil {
 			failures = counter
 		}
-		rep := &reporter.Reporter{Client: tc, TaskQueue: cfg.TaskQueue, Retention: cfg.Retention, Eager: runWorker, StartDelayMax: cfg.StartDelayMax}
+		rep := &reporter.Reporter{Client: tc, TaskQueue: cfg.TaskQueue, Retention: cfg.Retention, Eager: runWorker, StartDelayMax: cfg.StartDelayMax, HoldMax: cfg.BridgeHoldMax}
 		b := bridge.New(bridge.Config{
 			Queue:           cfg.RetryQueue,
 			DeadLetterQueue: cfg.ManualReviewQueue,
@@ -195,6 +195,7 @@ func Run(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 			ServiceName:     cfg.ServiceName,
 			ServiceVersion:  cfg.ServiceVersion,
 			Breakers:        failures,
+			Hold:            rep.HoldFor,
 			Decode: bridge.DecodeOptions{
 				MaxMessageBytes:        cfg.MaxMessageBytes,
 				Resolver:               catalog,

@@ -12,6 +12,17 @@ import (
 // their destination's breaker, and are never held.
 const changeBreakerHoldsRetries = "breaker-holds-retries"
 
+// changeHeldStart gates the first report the bridge held for its delay (Input.Held): a worker
+// from before it ran such a run as a fresh report, with the delay as a timer.
+const changeHeldStart = "first-report-held-by-bridge"
+
+// takesHeldStart says whether this run takes its held first report as held. Asked once, at
+// the start of the run's first task, before anything else is decided.
+func (r *retryRun) takesHeldStart() bool {
+	return r.includes(changeHeldStart) ||
+		workflow.GetVersion(r.ctx, changeHeldStart, workflow.DefaultVersion, 1) != workflow.DefaultVersion
+}
+
 // heldRecheck is how often a held retry asks its destination's breaker again, in case the
 // release signal was missed (the breaker lists held retries through visibility, which lags).
 const heldRecheck = time.Minute

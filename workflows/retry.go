@@ -51,6 +51,9 @@ func RetryWorkflow(ctx workflow.Context, in Input) (Result, error) {
 	if err := r.setup(); err != nil {
 		return Result{}, err
 	}
+	if in.Held && r.takesHeldStart() {
+		r.heldStart = true
+	}
 	first := in.Report
 	if first == nil {
 		rep, ok := r.awaitFirstReport()
@@ -60,7 +63,7 @@ func RetryWorkflow(ctx workflow.Context, in Input) (Result, error) {
 		first = &rep
 	}
 	r.applyFirstReport(*first)
-	r.delayedStart = false
+	r.delayedStart, r.heldStart = false, false
 	for !r.state.Status.Terminal() {
 		if err := r.step(); err != nil {
 			return Result{}, err
@@ -95,6 +98,9 @@ type retryRun struct {
 	// (Input.StartDelay): it was accepted at the run's start, and the start set the search
 	// attributes of the scheduled retry.
 	delayedStart bool
+	// heldStart is set while the first report the bridge held for its delay is taken
+	// (Input.Held): it was accepted at its ReportedAt, and the start set the search attributes.
+	heldStart bool
 }
 
 func (r *retryRun) setup() error {
@@ -224,9 +230,10 @@ func (r *retryRun) act(signal string, a OperatorAction) string {
 
 func (r *retryRun) awaitFirstReport() (message.FailureReport, bool) {
 	var rep message.FailureReport
-	if r.delayedStart && r.reports.ReceiveAsync(&rep) {
-		// Signal-with-start with a start delay: the report came with the start, so the first
-		// task has it, and a timeout timer would only be one more timer task per retry. Not
+	if (r.delayedStart || r.heldStart) && r.reports.ReceiveAsync(&rep) {
+		// Signal-with-start with a start delay, or of a report the bridge held: the report came
+		// with the start, so the first task has it, and a timeout timer would only be one more
+		// timer task per retry. Not
 		// versioned, and no marker can tell the runs that armed the timer here apart: why
 		// they need not replay is in replay_test.go (unreplayable).
 		return rep, true
@@ -238,9 +245,13 @@ func (r *retryRun) awaitFirstReport() (message.FailureReport, bool) {
 // applyFirstReport takes the run's first report: it fixes the message, policy and count.
 func (r *retryRun) applyFirstReport(rep message.FailureReport) {
 	now := workflow.Now(r.ctx)
-	if r.delayedStart {
+	switch {
+	case r.delayedStart:
 		// The first task runs when the delay is over; the failure was reported at the start.
 		now = workflow.GetInfo(r.ctx).WorkflowStartTime
+	case r.heldStart:
+		// The bridge waited the delay before the start: the retry is due now, in this task.
+		now = rep.ReportedAt
 	}
 	r.state.setFromFirstReport(rep, now)
 	if rep.Poison != nil {
@@ -321,7 +332,7 @@ func (r *retryRun) failed(rep message.FailureReport, now time.Time) {
 	workflow.GetLogger(r.ctx).Info("retry scheduled",
 		"message_id", s.Message.MessageID, "attempt", d.Attempt, "next_retry_at", s.NextRetryAt,
 		"category", d.Category, "outcome", "scheduled")
-	if !r.delayedStart { // else the start set these search attributes
+	if !r.delayedStart && !r.heldStart { // else the start set these search attributes
 		r.upsert()
 	}
 }

@@ -82,3 +82,44 @@ func (s *retrySuite) TestRevisionChangesAreGates() {
 	slices.Sort(all)
 	s.Len(slices.Compact(all), len(gates), "each gate in one revision")
 }
+
+// A first report the bridge held for its delay: the run takes it as reported at ReportedAt,
+// so the retry is due at once and goes out in the first task, with no timer; the quiet
+// window follows as usual. By signal-with-start too.
+func (s *retrySuite) TestHeldFirstReportRepublishesAtOnce() {
+	for _, bySignal := range []bool{false, true} {
+		s.SetupTest()
+		first := report(fixedPolicy(3), 0, transient)
+		first.ReportedAt = s.env.Now().Add(-10 * time.Second) // the policy's delay, waited by the bridge
+		var after State
+		s.queryAt(time.Millisecond, &after)
+		in := Input{Retention: time.Hour, Revision: CurrentRevision, Held: true}
+		if bySignal {
+			s.at(0, SignalFailureReport, first)
+		} else {
+			in.Report = &first
+		}
+		s.env.ExecuteWorkflow(RetryWorkflowName, in)
+
+		s.Equal(StatusDelivered, s.result().Status)
+		s.Equal(StatusAwaitingOutcome, after.Status, "republished in the first task (signal: %v)", bySignal)
+		s.Require().Len(after.Attempts, 1)
+		s.Equal(first.ReportedAt.UTC(), after.Attempts[0].Timestamp.UTC(), "the failure counts from when the bridge received it")
+		s.Len(s.pub.to(testQueue), 1)
+	}
+}
+
+// A worker from before the change runs a held report as a fresh one (the version gate's old
+// branch): the delay is waited again, as a timer.
+func (s *retrySuite) TestHeldFirstReportOldBranchWaitsTheDelay() {
+	s.env.OnGetVersion(changeHeldStart, workflow.DefaultVersion, 1).Return(workflow.DefaultVersion)
+	first := report(fixedPolicy(3), 0, transient)
+	first.ReportedAt = s.env.Now().Add(-10 * time.Second)
+	var scheduled State
+	s.queryAt(5*time.Second, &scheduled)
+	s.env.ExecuteWorkflow(RetryWorkflowName, Input{Report: &first, Retention: time.Hour, Held: true})
+
+	s.Equal(StatusDelivered, s.result().Status)
+	s.Equal(StatusScheduled, scheduled.Status)
+	s.Len(s.pub.to(testQueue), 1)
+}
