@@ -440,7 +440,7 @@ func TestConfigDefaults(t *testing.T) {
 	c := Config{}.withDefaults()
 	assert.Equal(t, "retry.scheduled", c.Queue)
 	assert.Equal(t, "manual-review.pending", c.DeadLetterQueue)
-	assert.Equal(t, 64, c.Prefetch)
+	assert.Equal(t, DefaultPrefetch, c.Prefetch)
 	assert.Equal(t, 16, c.Workers)
 	assert.Equal(t, 10*time.Second, c.ReportTimeout)
 	assert.Equal(t, 500*time.Millisecond, c.ReconnectDelay)

@@ -26,10 +26,20 @@ func (s *session) handle(e *entry) {
 	s.results <- s.process(e)
 }
 
-// process handles one delivery inside its span (see startDeliverSpan).
+// process handles one delivery inside its span (see startDeliverSpan). A delivery that
+// waits out its first delay keeps its span open through the wait: one span from receipt to
+// report.
 func (s *session) process(e *entry) result {
-	ctx, span := s.b.startDeliverSpan(s.ctx, e.d)
+	ctx, span := e.spanCtx, e.span
+	if span == nil {
+		ctx, span = s.b.startDeliverSpan(s.ctx, e.d)
+	}
 	r := s.deliver(ctx, span, e)
+	if r.outcome == outcomeWaiting {
+		e.spanCtx, e.span = ctx, span
+		span.AddEvent("waiting out the first retry delay")
+		return r
+	}
 	endDeliverSpan(span, r)
 	return r
 }

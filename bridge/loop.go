@@ -8,6 +8,8 @@ import (
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 
 	"retry-scheduler/message"
 )
@@ -26,6 +28,17 @@ type entry struct {
 	due time.Time
 	// mayWait is set when the loop has room for one more waiting delivery.
 	mayWait bool
+	// spanCtx and span are the delivery's span while it waits (see session.process).
+	spanCtx context.Context
+	span    trace.Span
+}
+
+// dropWaiting ends the span of a waiting entry the session gives back to the broker.
+func (e *entry) dropWaiting(why string) {
+	if e.span != nil {
+		e.span.SetStatus(codes.Error, why)
+		e.span.End()
+	}
 }
 
 // result is what a handler reports to its session's loop.
@@ -245,8 +258,9 @@ func (l *loop) lost(err error) error {
 	for range l.held {
 		l.s.b.metrics.outcome(OutcomeDroppedStale)
 	}
-	for range l.waiting.Len() {
+	for _, e := range l.waiting {
 		l.s.b.metrics.outcome(OutcomeDroppedStale)
+		e.dropWaiting(OutcomeDroppedStale)
 	}
 	l.held, l.waiting = nil, nil
 	return err
@@ -293,6 +307,7 @@ func (l *loop) shutdown() error {
 	}
 	for _, e := range l.waiting {
 		s.requeue(e.d)
+		e.dropWaiting("requeued at shutdown")
 	}
 	l.held, l.waiting = nil, nil
 	return s.rpc("close channel", s.ch.Close)
