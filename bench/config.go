@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -69,6 +70,10 @@ type options struct {
 	Engine devserver.Engine
 	// TemporalCLI is the binary the dev server runs.
 	TemporalCLI string
+	// TemporalAddress, when set, is a Temporal cluster every phase runs against instead of a
+	// server of its own (its CPU is not measured; ServerMetrics, when set, is its /metrics),
+	// in Namespace, whose search attributes must be registered.
+	TemporalAddress, Namespace, ServerMetrics string
 	// DynamicConfig are KEY=VALUE pairs for the dev server's --dynamic-config-value.
 	DynamicConfig []string
 	// SQLitePragmas are PRAGMA=VALUE pairs for the dev server's --sqlite-pragma, on top of the
@@ -128,6 +133,9 @@ func parseConfig(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&c.RabbitMQURL, "rabbitmq-url", brokertest.URL(), "RabbitMQ (env RABBITMQ_URL)")
 	engine := fs.String("engine", string(devserver.EngineDev), "Temporal server: dev (the CLI's dev server, SQLite) or postgres (the Temporal server on PostgreSQL: env TEMPORAL_POSTGRES_*, TEMPORAL_SERVER_DIR)")
 	fs.StringVar(&c.TemporalCLI, "temporal-cli", devserver.DefaultBinary(), "Temporal CLI for the dev server (env TEMPORAL_CLI)")
+	fs.StringVar(&c.TemporalAddress, "temporal-address", os.Getenv("TEMPORAL_ADDRESS"), "a Temporal cluster's frontend host:port to run every phase against instead of a server of the bench's own (env TEMPORAL_ADDRESS; plaintext, no API key)")
+	fs.StringVar(&c.Namespace, "namespace", "default", "with -temporal-address: the namespace (its search attributes registered, as for the service)")
+	fs.StringVar(&c.ServerMetrics, "server-metrics", "", "with -temporal-address: a URL of the cluster's Prometheus metrics (one history host's, say) for the engine-work columns")
 	dyn := &listFlag{vals: slices.Clone(defaultDynamicConfig)}
 	fs.Var(dyn, "dynamic-config", "dev server --dynamic-config-value KEY=VALUE (e.g. matching.numTaskqueueReadPartitions=1), repeatable")
 	pragmas := &listFlag{}

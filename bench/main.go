@@ -176,6 +176,11 @@ type server struct {
 // pair of temporary databases. Both get the configured dynamic config and serve their
 // metrics on a free port.
 func (e *environment) startServer(ctx context.Context) (*server, error) {
+	if e.c.TemporalAddress != "" {
+		// A cluster of the operator's: nothing to start or stop, no process to measure.
+		e.log.Info("Temporal cluster", "address", e.c.TemporalAddress, "namespace", e.c.Namespace, "metrics", e.c.ServerMetrics)
+		return &server{Server: &devserver.Server{Address: e.c.TemporalAddress, Namespace: e.c.Namespace}, metricsURL: e.c.ServerMetrics}, nil
+	}
 	port, err := devserver.FreePort()
 	if err != nil {
 		return nil, err
