@@ -315,7 +315,7 @@ lint: $(WORKFLOWCHECK) $(STATICCHECK) ## go vet and staticcheck (with and withou
 demo: ## Inject demo traffic with the starter (run `make run` in another terminal first)
 	$(GO) run ./starter demo
 
-bench: $(TEMPORAL_CLI) rabbitmq ## Benchmark: ceiling, ladder, sustained, burst (10–20 min; flags in BENCH_FLAGS, see bench/README.md)
+bench: $(TEMPORAL_CLI) rabbitmq $(if $(findstring postgres,$(BENCH_FLAGS)),temporal-server) ## Benchmark: ceiling, ladder, sustained, burst, mixed (15–25 min; flags in BENCH_FLAGS: -engine postgres, -temporal-address; bench/README.md)
 	$(GO) run ./bench $(BENCH_FLAGS)
 
 # Built, not `go run`, so that a SIGTERM reaches the soak, which then stops its processes
