@@ -177,8 +177,10 @@ func (l *loop) dispatchDue() {
 	for l.waiting.Len() > 0 && l.inflight < l.s.b.cfg.Workers && !l.waiting.next().due.After(now) {
 		l.dispatch(l.waiting.pop())
 	}
-	if l.wake == nil && l.waiting.Len() > 0 {
-		l.wake = time.NewTimer(time.Until(l.waiting.next().due))
+	// A due entry that found every handler busy waits for a handler's result, which wakes
+	// the loop anyway: a timer already past would only spin it.
+	if l.wake == nil && l.waiting.Len() > 0 && l.waiting.next().due.After(now) {
+		l.wake = time.NewTimer(l.waiting.next().due.Sub(now))
 	}
 }
 
