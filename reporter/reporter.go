@@ -54,24 +54,32 @@ func (p *Reporter) now() time.Time {
 // bridge.Config.Hold): what is left of the first retry's delay, counted from when the bridge
 // received the report, when that delay is at most HoldMax; else 0, report at once.
 func (p *Reporter) HoldFor(r message.FailureReport) time.Duration {
+	_, due, ok := p.holdable(message.WorkflowID(r.Message.OriginalQueue, r.Message.MessageID), r)
+	if !ok {
+		return 0
+	}
+	return max(due.Sub(p.now()), 0)
+}
+
+// holdable is r's first retry when the bridge holds it: its plan counted from when the bridge
+// received the report, and when it is due; false when the report is not held (HoldMax 0, a
+// later report, a longer delay).
+func (p *Reporter) holdable(id string, r message.FailureReport) (workflows.StartPlan, time.Time, bool) {
 	if p.HoldMax <= 0 || r.ReportedAt.IsZero() {
-		return 0
+		return workflows.StartPlan{}, time.Time{}, false
 	}
-	plan, ok := workflows.PlanStart(message.WorkflowID(r.Message.OriginalQueue, r.Message.MessageID), r, r.ReportedAt)
+	plan, ok := workflows.PlanStart(id, r, r.ReportedAt)
 	if !ok || plan.Delay > p.HoldMax {
-		return 0
+		return workflows.StartPlan{}, time.Time{}, false
 	}
-	return max(r.ReportedAt.Add(plan.Delay).Sub(p.now()), 0)
+	return plan, r.ReportedAt.Add(plan.Delay), true
 }
 
 // due says whether r's first retry is already due: the bridge held it for its delay. The
 // run then starts with the report as held, to republish in its first task.
 func (p *Reporter) due(id string, r message.FailureReport) (workflows.StartPlan, bool) {
-	if p.HoldMax <= 0 || r.ReportedAt.IsZero() {
-		return workflows.StartPlan{}, false
-	}
-	plan, ok := workflows.PlanStart(id, r, r.ReportedAt)
-	if !ok || plan.Delay > p.HoldMax || r.ReportedAt.Add(plan.Delay).After(p.now()) {
+	plan, due, ok := p.holdable(id, r)
+	if !ok || due.After(p.now()) {
 		return workflows.StartPlan{}, false
 	}
 	return plan, true
