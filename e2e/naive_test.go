@@ -3,6 +3,7 @@
 package e2e
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -26,17 +27,70 @@ func naiveReport(id, queue string) message.RetryMessage {
 		ErrorReason: "503 from payments", HTTPStatus: 503}
 }
 
-// Recording of the old path only: the naive report of retry 1 is dropped as stale.
-func TestNaiveConsumerBeforeFix(t *testing.T) {
+// A consumer that never copies x-retry-count or x-retry-key reports retry_count 0 after every
+// republish: each report counts as the failure of the latest retry, so the message goes
+// through the policy's retries to the dead-letter queue, never to delivered. A report for it
+// after that is set aside, counted by the metric and shown on its item. (The old path, where
+// the naive report was dropped and the run ended delivered, is the recorded history
+// naive-report-dropped-before-fix.)
+func TestNaiveConsumerEndsDeadLettered(t *testing.T) {
 	s := newStack(t)
-	s.run("all")
+	api := s.runWithOps()
 	orders := s.queue(s.prefix+".orders", nil)
 	c, reportErr := s.naiveConsumer(orders)
+	dead := s.consume(s.dlq, nil)
+	metricsURL := "http://" + s.cfg.HTTPAddr + "/metrics"
 
 	s.publishRetry(naiveReport("naive-1", orders))
+	env := envelopeOf(t, dead.next(t, 60*time.Second))
 	id := message.WorkflowID(orders, "naive-1")
-	require.Equal(t, workflows.StatusDelivered, s.workflowResult(id, 60*time.Second).Status)
+	s.recordHistory(id, "naive-report-counted")
 	require.NoError(t, reportErr())
-	require.Len(t, c.all(), 1)
-	s.recordHistory(id, "naive-report-dropped-before-fix")
+
+	require.Len(t, c.all(), 3, "republished max_retries times")
+	require.Equal(t, "exhausted", env.DeadReason)
+	require.Equal(t, 3, env.TotalRetries)
+	require.Len(t, env.RetryAttempts, 4)
+	for i, a := range env.RetryAttempts {
+		require.Equal(t, i+1, a.Attempt)
+		require.Equal(t, "503 from payments", a.Error)
+	}
+	st, err := s.state(id)
+	require.NoError(t, err)
+	require.Equal(t, workflows.StatusDead, st.Status)
+	require.Zero(t, st.DuplicateReports, "no naive report was set aside")
+
+	// One more report for the dead message: set aside, never silent.
+	before := mustScrape(t, metricsURL)
+	s.publishRetry(naiveReport("naive-1", orders))
+	eventually(t, 30*time.Second, func() error {
+		st, err = s.state(id)
+		if err != nil {
+			return err
+		}
+		if st.SetAside[workflows.SetAsideDead] != 1 {
+			return fmt.Errorf("set aside %v", st.SetAside)
+		}
+		return nil
+	})
+	require.Equal(t, 1, st.DuplicateReports)
+	require.Equal(t, workflows.SetAsideDead, st.LastSetAside.Reason)
+	key := series("reports_set_aside_total", "queue", orders, "reason", workflows.SetAsideDead)
+	eventually(t, 30*time.Second, func() error {
+		m, err := scrape(metricsURL)
+		if err != nil {
+			return err
+		}
+		if got := m.value(key) - before.value(key); got != 1 {
+			return fmt.Errorf("%s moved by %v", key, got)
+		}
+		return nil
+	})
+	item := api.must(200, viewerToken, "GET", msgPath(id), nil)
+	state := item["state"].(map[string]any)
+	require.EqualValues(t, 1, state["duplicate_reports"])
+	require.Equal(t, map[string]any{workflows.SetAsideDead: 1.0}, state["set_aside"])
+	require.Equal(t, workflows.SetAsideDead, state["last_set_aside"].(map[string]any)["reason"])
+	dead.caughtUp(t)
+	require.Len(t, dead.all(), 1, "one dead letter")
 }

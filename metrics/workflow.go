@@ -25,16 +25,18 @@ var workflowCounters = []struct {
 	{workflows.MetricRetriesScheduled, "Retries scheduled (a delay started, or an operator's retry of a dead letter), by original queue.", []string{labelQueue}},
 	{workflows.MetricRetriesExhausted, "Messages dead-lettered because max retries were exhausted, by original queue.", []string{labelQueue}},
 	{workflows.MetricBreakerTransitions, "Transitions of a destination's circuit breaker, by queue and the state entered (to: closed, open, half-open, paused).", []string{labelQueue, labelTo}},
+	{workflows.MetricReportsSetAside, "Failure reports set aside, not applied as a new failure, by original queue and reason (other-key, behind-count, before-republish, retry-pending, dead, poison, run-ended).", []string{labelQueue, labelReason}},
 }
 
 // Tags of the workflow counters that become labels.
 const (
-	labelQueue = "queue"
-	labelTo    = "to"
+	labelQueue  = "queue"
+	labelTo     = "to"
+	labelReason = "reason"
 )
 
 // labelTags are every tag some workflow counter is labelled by.
-var labelTags = []string{labelQueue, labelTo}
+var labelTags = []string{labelQueue, labelTo, labelReason}
 
 // workflowHandler is the SDK's metrics handler with the workflows' own counters routed to
 // Prometheus collectors; every other metric goes to the SDK handler (tally) unchanged.

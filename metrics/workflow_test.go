@@ -98,6 +98,20 @@ func TestWorkflowHandlerBreakerTransitions(t *testing.T) {
 	assert.Len(t, f.GetMetric(), 3, "no series of a sibling's tags")
 }
 
+// reports_set_aside_total is labelled by queue and reason.
+func TestWorkflowHandlerReportsSetAside(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	h := newWorkflowHandler(&recordingHandler{counters: map[string]int64{}}, reg)
+
+	h.WithTags(map[string]string{"queue": "orders.eu", "reason": workflows.SetAsideOtherKey}).Counter(workflows.MetricReportsSetAside).Inc(1)
+	h.WithTags(map[string]string{"queue": "orders.eu", "reason": workflows.SetAsideOtherKey}).Counter(workflows.MetricReportsSetAside).Inc(1)
+	h.WithTags(map[string]string{"queue": "orders.eu", "reason": workflows.SetAsideDead}).Counter(workflows.MetricReportsSetAside).Inc(1)
+
+	vec := h.counters[workflows.MetricReportsSetAside].vec
+	assert.Equal(t, 2.0, value(t, vec.WithLabelValues("orders.eu", "other-key")))
+	assert.Equal(t, 1.0, value(t, vec.WithLabelValues("orders.eu", "dead")))
+}
+
 // The tally side keeps label values such as task queue names intact.
 func TestTemporalHandlerKeepsLabelValues(t *testing.T) {
 	reg := prometheus.NewRegistry()

@@ -123,6 +123,7 @@ func (s *retrySuite) TestReportsWhileHeldNeitherCountNorExhaust() {
 	s.Equal(StatusDelivered, s.result().Status)
 	s.Equal(StatusHeld, held.Status, "still held after many rechecks")
 	s.Equal(1, held.DuplicateReports)
+	s.Equal(map[string]int{SetAsideRetryPending: 1}, held.SetAside)
 	s.Len(held.Attempts, 1)
 	s.Empty(s.envelopes())
 	s.Len(s.pub.to(testQueue), 1)

@@ -11,4 +11,7 @@ const (
 	// MetricBreakerTransitions counts BreakerWorkflow's transitions, tagged "queue" and "to"
 	// (the BreakerMode entered).
 	MetricBreakerTransitions = "breaker_transitions_total"
+	// MetricReportsSetAside counts failure reports not applied as a new failure, tagged
+	// "queue" and "reason" (a SetAside* reason).
+	MetricReportsSetAside = "reports_set_aside_total"
 )

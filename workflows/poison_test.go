@@ -122,6 +122,7 @@ func (s *retrySuite) TestPoisonReportOnAnOrdinaryRunIsOnlyNoted() {
 	s.Equal(StatusDelivered, s.result().Status)
 	s.Equal(StatusScheduled, st.Status)
 	s.Equal(1, st.DuplicateReports)
+	s.Equal(map[string]int{SetAsidePoison: 1}, st.SetAside)
 	s.Nil(st.Poison)
 	s.Len(s.pub.to(testQueue), 1)
 }

@@ -70,6 +70,7 @@ func RetryWorkflow(ctx workflow.Context, in Input) (Result, error) {
 		}
 	}
 	r.refusePendingActions()
+	r.setAsidePending()
 	workflow.GetLogger(ctx).Info("retry workflow ended",
 		"message_id", r.state.Message.MessageID, "status", r.state.Status, "retry_count", r.state.RetryCount)
 	return Result{Status: r.state.Status, RetryCount: r.state.RetryCount, Sequence: r.state.Sequence}, nil
@@ -610,8 +611,7 @@ func (r *retryRun) waitDead() {
 	sel.AddReceive(r.reports, func(c workflow.ReceiveChannel, _ bool) {
 		var rep message.FailureReport
 		c.Receive(r.ctx, &rep)
-		s.DuplicateReports++
-		r.event("report-while-dead", "", "failure report for a dead message kept as a note: "+rep.Failure.Reason)
+		r.setAside(rep, SetAsideDead, "the message is dead; report kept as a note ("+describeReport(rep)+")")
 	})
 	r.addActionSignals(sel, r.retryNow, r.resolve, r.discard, r.skip)
 	r.addActionUpdates(sel)
@@ -639,7 +639,7 @@ func (r *retryRun) retryFromDead(a OperatorAction) {
 }
 
 // addReports adds the failure-report channel: a report is applied when it is the failure of
-// the latest republish, and counted as a duplicate otherwise (RabbitMQ redelivers).
+// the latest republish, and set aside otherwise (RabbitMQ redelivers), counted and shown.
 func (r *retryRun) addReports(sel workflow.Selector) {
 	sel.AddReceive(r.reports, func(c workflow.ReceiveChannel, _ bool) {
 		var rep message.FailureReport
@@ -648,18 +648,14 @@ func (r *retryRun) addReports(sel workflow.Selector) {
 	})
 }
 
-// report applies one failure report, or counts it as a duplicate.
+// report applies one failure report, or sets it aside.
 func (r *retryRun) report(rep message.FailureReport) {
 	if rep.Poison != nil {
 		r.poisonReport(rep)
 		return
 	}
-	if why := r.stale(rep); why != "" {
-		r.state.DuplicateReports++
-		r.event("duplicate-report", "", why)
-		workflow.GetLogger(r.ctx).Info("duplicate report dropped",
-			"message_id", r.state.Message.MessageID, "attempt", r.state.RetryCount, "retry_count", rep.RetryCount,
-			"outcome", "duplicate")
+	if reason, why := r.stale(rep); reason != "" {
+		r.setAside(rep, reason, why)
 		return
 	}
 	r.failed(rep, workflow.Now(r.ctx))
@@ -677,8 +673,7 @@ func (r *retryRun) poisonReport(rep message.FailureReport) {
 		r.poisoned(rep, workflow.Now(r.ctx))
 		return
 	}
-	s.DuplicateReports++
-	r.event("poison-report", "", "a "+rep.Poison.Kind+" delivery for this message was dead-lettered by the bridge ("+
+	r.setAside(rep, SetAsidePoison, "a "+rep.Poison.Kind+" delivery for this message was dead-lettered by the bridge ("+
 		rep.Poison.DLQID+") while "+string(s.Status)+": "+rep.Poison.Reason)
 }
 
@@ -726,22 +721,23 @@ func (r *retryRun) takePendingReports() bool {
 	return r.state.Status != StatusAwaitingOutcome
 }
 
-// stale says why a report is not a new failure, or "" when it is.
-func (r *retryRun) stale(rep message.FailureReport) string {
+// stale says why a report is not a new failure (a SetAside* reason and a detail), or "" when
+// it is.
+func (r *retryRun) stale(rep message.FailureReport) (reason, why string) {
 	s := &r.state
 	if s.Status != StatusAwaitingOutcome {
-		return "report while " + string(s.Status) + " (retry_count " + strconv.Itoa(rep.RetryCount) + ")"
+		return SetAsideRetryPending, "report while " + string(s.Status) + " (" + describeReport(rep) + ")"
 	}
 	if rep.RetryKey != "" {
 		if rep.RetryKey != r.lastKey {
-			return "report for " + rep.RetryKey + ", latest republish is " + r.lastKey
+			return SetAsideOtherKey, "report for " + rep.RetryKey + ", latest republish is " + r.lastKey
 		}
-		return ""
+		return "", ""
 	}
 	if rep.RetryCount < s.RetryCount {
-		return "report with retry_count " + strconv.Itoa(rep.RetryCount) + " older than attempt " + strconv.Itoa(s.RetryCount)
+		return r.keylessBehind(rep)
 	}
-	return ""
+	return "", ""
 }
 
 func receiveAction(ctx workflow.Context, c workflow.ReceiveChannel) OperatorAction {

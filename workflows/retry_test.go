@@ -301,6 +301,7 @@ func (s *retrySuite) TestDuplicateReportsCountOnce() {
 	s.Equal(StatusDelivered, s.result().Status)
 	s.Len(s.pub.to(testQueue), 2)
 	s.Equal(2, st.DuplicateReports)
+	s.Equal(map[string]int{SetAsideRetryPending: 2}, st.SetAside)
 	s.Len(st.Attempts, 2)
 	s.Equal(1, st.RetryCount)
 }
@@ -319,6 +320,7 @@ func (s *retrySuite) TestReportWithStaleRetryKeyIsDuplicate() {
 
 	s.Equal(StatusDelivered, s.result().Status)
 	s.Equal(1, st.DuplicateReports)
+	s.Equal(map[string]int{SetAsideOtherKey: 1}, st.SetAside)
 	s.Len(st.Attempts, 2)
 }
 
@@ -332,7 +334,11 @@ func (s *retrySuite) TestReportForDeadMessageStaysDead() {
 	s.Equal(StatusExpired, s.result().Status)
 	s.Equal(StatusDead, st.Status)
 	s.Equal(1, st.DuplicateReports)
-	s.Equal("report-while-dead", st.Events[len(st.Events)-1].Kind)
+	s.Equal(map[string]int{SetAsideDead: 1}, st.SetAside)
+	last := st.Events[len(st.Events)-1]
+	s.Equal("report-set-aside", last.Kind)
+	s.Contains(last.Detail, "dead: the message is dead")
+	s.Contains(last.Detail, transient.Reason)
 	s.Len(s.envelopes(), 1)
 	s.Empty(s.pub.to(testQueue))
 }

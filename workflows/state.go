@@ -115,7 +115,8 @@ type State struct {
 	DeadReason     string            `json:"dead_reason,omitempty"`
 	DeadDetail     string            `json:"dead_detail,omitempty"`
 	DeadAt         time.Time         `json:"dead_at,omitzero"`
-	// DuplicateReports counts reports that were dropped as redeliveries or stale.
+	// DuplicateReports counts every report set aside, not applied as a new failure (see
+	// SetAside for the reasons; runs from before the breakdown have this total only).
 	DuplicateReports int    `json:"duplicate_reports"`
 	Service          string `json:"service,omitempty"`
 	ServiceVersion   string `json:"service_version,omitempty"`
@@ -137,6 +138,11 @@ type State struct {
 	// HeldFor is the time held since the window opened: the policy's max window does not run
 	// while a destination is known to be down, so it is added to the window.
 	HeldFor time.Duration `json:"held_for,omitempty"`
+
+	// SetAside counts the reports set aside by reason (the SetAside* constants); LastSetAside
+	// is the latest of them.
+	SetAside     map[string]int  `json:"set_aside,omitempty"`
+	LastSetAside *SetAsideReport `json:"last_set_aside,omitempty"`
 }
 
 // RetryKey is the idempotency key of republish number seq of a message.
