@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/chromedp"
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/require"
 
@@ -93,4 +94,51 @@ func TestNaiveConsumerEndsDeadLettered(t *testing.T) {
 	require.Equal(t, workflows.SetAsideDead, state["last_set_aside"].(map[string]any)["reason"])
 	dead.caughtUp(t)
 	require.Len(t, dead.all(), 1, "one dead letter")
+}
+
+// The ops page's details of an item show the reports it set aside.
+func TestOpsPageShowsReportsSetAside(t *testing.T) {
+	ctx := browser(t)
+	s := newStack(t)
+	api := s.runWithOps()
+	q := s.queue(s.prefix+".orders", nil)
+	id := s.dead(q, "", "aside-1")[0]
+	eventually(t, 30*time.Second, func() error {
+		st, err := s.state(id)
+		if err != nil {
+			return err
+		}
+		if st.Status != workflows.StatusDead {
+			return fmt.Errorf("status %s", st.Status)
+		}
+		return nil
+	})
+	s.publishRetry(message.RetryMessage{MessageID: "aside-1", OriginalPayload: []byte("p"), OriginalQueue: q,
+		ErrorReason: "still failing"})
+	eventually(t, 30*time.Second, func() error {
+		st, err := s.state(id)
+		if err != nil {
+			return err
+		}
+		if st.DuplicateReports != 1 {
+			return fmt.Errorf("%d set aside", st.DuplicateReports)
+		}
+		return nil
+	})
+
+	p := &pageDriver{t: t, ctx: ctx}
+	p.do(
+		chromedp.Navigate(api.base+"/"),
+		chromedp.WaitVisible(chromedp.CSS("#token-input")),
+		chromedp.SendKeys(chromedp.CSS("#token-input"), viewerToken),
+		chromedp.Click(chromedp.CSS("#sign-in")),
+		chromedp.WaitVisible(chromedp.CSS("#app")),
+	)
+	p.until("dead letter "+id, rowExpr("#dl-table", id))
+	p.do(chromedp.Click(chromedp.CSS(rowSel("#dl-table", id) + ` td.actions button:nth-child(1)`)))
+	p.until("the details dialog", `document.querySelector("#detail").open`)
+	summary := p.text("#detail-summary")
+	require.Contains(t, summary, "Reports set aside")
+	require.Contains(t, summary, "1 (dead 1); latest")
+	require.Contains(t, summary, "still failing")
 }

@@ -387,6 +387,17 @@ function summaryRow(dl, term, value) {
   dl.append(dt, dd);
 }
 
+// setAsideSummary says how many failure reports the item set aside (not applied as a new
+// failure), by reason, and the latest: '' when none.
+function setAsideSummary(st) {
+  const n = st.duplicate_reports || 0;
+  if (n === 0) return '';
+  const by = Object.entries(st.set_aside || {}).map(([reason, count]) => reason + ' ' + count).join(', ');
+  const last = st.last_set_aside;
+  return n + (by ? ' (' + by + ')' : '') +
+    (last ? '; latest ' + fmtAbs(last.at) + ', ' + last.reason + ': ' + (last.detail || '') : '');
+}
+
 function rows(tbody, list, fields) {
   tbody.replaceChildren();
   for (const x of list) {
@@ -418,6 +429,7 @@ async function showDetail(id) {
     summaryRow(dl, 'Dead since', fmtAbs(st.dead_at));
     summaryRow(dl, 'Dead reason', st.dead_reason && (st.dead_reason + (st.dead_detail ? ': ' + st.dead_detail : '')));
     summaryRow(dl, 'Workflow', r.workflow.status + (r.workflow.closed_at ? ', closed ' + fmtAbs(r.workflow.closed_at) : ''));
+    summaryRow(dl, 'Reports set aside', setAsideSummary(st));
     summaryRow(dl, 'State', r.state_error ? 'unavailable: ' + r.state_error : '');
     const attempts = st.attempts || [];
     rows($('#detail-attempts tbody'), attempts, [
