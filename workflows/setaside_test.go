@@ -22,7 +22,6 @@ func naive(p policy.Policy) message.FailureReport { return report(p, 0, transien
 
 // counterRecorder is a metrics handler that keeps each counter's total by name and tags.
 type counterRecorder struct {
-	mu     sync.Mutex
 	counts map[string]int64
 	tags   map[string]string
 }
@@ -39,7 +38,7 @@ func (c *counterRecorder) WithTags(tags map[string]string) client.MetricsHandler
 	for k, v := range tags {
 		merged[k] = v
 	}
-	return &counterRecorder{counts: c.counts, tags: merged, mu: sync.Mutex{}}
+	return &counterRecorder{counts: c.counts, tags: merged}
 }
 
 // key is name{k=v,...} with the tags sorted.
