@@ -88,6 +88,9 @@ type ledger struct {
 	byID    map[string]*record
 	order   []*record
 	strange []string // deliveries or envelopes for ids the soak never sent
+	// hostile are the bad reports mixed into the traffic, by id and in order.
+	hostile      map[string]*hostileRecord
+	hostileOrder []*hostileRecord
 
 	published, deliveries, duplicates, accepted, reports, envelopes, settled atomic.Int64
 	// lastArrival is the unix nanos of the latest delivery or envelope.
@@ -98,8 +101,13 @@ type ledger struct {
 	perSecond []int
 }
 
-func newLedger(plans []plan) *ledger {
-	l := &ledger{byID: make(map[string]*record, len(plans)), t0: time.Now()}
+func newLedger(plans []plan, bad []hostile) *ledger {
+	l := &ledger{byID: make(map[string]*record, len(plans)), t0: time.Now(), hostile: make(map[string]*hostileRecord, len(bad))}
+	for _, h := range bad {
+		r := &hostileRecord{hostile: h}
+		l.hostile[h.id] = r
+		l.hostileOrder = append(l.hostileOrder, r)
+	}
 	for _, p := range plans {
 		r := &record{plan: p, reported: map[string]bool{}, processed: map[string]bool{}}
 		l.byID[p.id] = r
@@ -113,6 +121,24 @@ func (l *ledger) markPublished(id string) {
 	l.byID[id].published = true
 	l.mu.Unlock()
 	l.published.Add(1)
+}
+
+func (l *ledger) markHostilePublished(id string) {
+	l.mu.Lock()
+	l.hostile[id].published = true
+	l.mu.Unlock()
+}
+
+// hostileDeadLettered records an envelope of a bad report, and says whether id was one.
+func (l *ledger) hostileDeadLettered(id, reason string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	h := l.hostile[id]
+	if h == nil {
+		return false
+	}
+	h.envelopes = append(h.envelopes, reason)
+	return true
 }
 
 // verdict is the consumer's decision for a delivery.

@@ -41,6 +41,7 @@ type options struct {
 	delay         time.Duration
 	quietWindow   time.Duration
 	maxRetries    int
+	hostile       float64
 	latency       time.Duration
 	faultPeriod   time.Duration
 	minGap        time.Duration
@@ -70,6 +71,7 @@ func parseFlags(args []string) (options, error) {
 	// late reports split message histories across runs (see README, "Findings").
 	fs.DurationVar(&o.quietWindow, "quiet-window", 30*time.Second, "the soak policy's quiet window")
 	fs.IntVar(&o.maxRetries, "max-retries", 3, "the soak policy's max retries")
+	fs.Float64Var(&o.hostile, "hostile", 0.1, "bad reports (aimed at the scheduler's own queues or amq.*, over AMQP's limits, not JSON) mixed in, as a share of -n")
 	fs.DurationVar(&o.latency, "latency", 150*time.Millisecond, "latency added each way during a latency fault")
 	fs.DurationVar(&o.faultPeriod, "fault-period", 10*time.Second, "how long a latency fault, a bridge↔Temporal partition or an armed confirm cut lasts")
 	fs.DurationVar(&o.minGap, "min-gap", 5*time.Second, "least time between the end of a fault and the start of the next")
@@ -101,6 +103,8 @@ func parseFlags(args []string) (options, error) {
 		return o, errors.New("-workers must be at least 1")
 	case o.maxRetries < 1:
 		return o, errors.New("-max-retries must be at least 1")
+	case o.hostile < 0:
+		return o, errors.New("-hostile must not be negative")
 	case o.kills < 0:
 		return o, errors.New("-kills must not be negative")
 	}

@@ -72,6 +72,8 @@ func printReport(w io.Writer, r report) {
 	row("  attempts beyond max", f.BeyondMax, "")
 	row("  payload changed", f.CorruptPayload, "")
 	row("  unknown ids", f.Strangers, "")
+	row("  bad reports dead-lettered wrongly", f.Hostile.Wrong, "another reason, or more than one envelope")
+	row("bad reports", fmt.Sprintf("%d sent, %d dead-lettered, %d missing", f.Hostile.Sent, f.Hostile.DeadLettered, f.Hostile.Missing), "aimed at the scheduler's queues or amq.*, over AMQP's limits, not JSON; missing ones count as lost")
 	row("deliveries", f.Deliveries, "")
 	row("duplicate deliveries (same key)", f.DuplicateDeliveries, fmt.Sprintf("on %d messages; allowed, dropped by the consumer", f.MessagesWithDups))
 	row("duplicate envelopes (same dlqId)", f.DuplicateEnvelopes, "")

@@ -226,7 +226,8 @@ routes:
 	for i := range plans {
 		plans[i] = makePlan(o.seed, i, n.originals, o.maxRetries)
 	}
-	l := newLedger(plans)
+	bad := makeHostile(int(float64(o.n)*o.hostile+0.5), n.ingress, n.dlq, n.originals)
+	l := newLedger(plans, bad)
 	w.ledger = l
 	tr := newTraffic(o.rabbitURL, clientPrefix, n.ingress, n.dlq, l, log)
 	defer tr.close()
@@ -252,7 +253,7 @@ routes:
 		logf("publishing at %.1f/s instead of %.0f/s so that the %d faults (about %s) meet traffic", rate, o.rate, len(faultList), window.Round(time.Second))
 	}
 	produced := make(chan error, 1)
-	go func() { produced <- tr.produce(runCtx, plans, rate) }()
+	go func() { produced <- tr.produce(runCtx, plans, bad, rate) }()
 	faultsDone := make(chan []faultRecord, 1)
 	go func() { faultsDone <- w.runFaults(runCtx, faultList, o.n) }()
 

@@ -45,7 +45,11 @@ func (t *traffic) publishReport(ctx context.Context, pub *broker.Publisher, m me
 	if err != nil {
 		return err
 	}
-	p := amqp.Publishing{ContentType: "application/json", MessageId: m.MessageID, Body: body, DeliveryMode: amqp.Persistent}
+	return t.publishRetrying(ctx, pub, m.MessageID, amqp.Publishing{ContentType: "application/json", MessageId: m.MessageID, Body: body, DeliveryMode: amqp.Persistent})
+}
+
+// publishRetrying publishes p to the ingress queue until the broker confirms it or ctx ends.
+func (t *traffic) publishRetrying(ctx context.Context, pub *broker.Publisher, id string, p amqp.Publishing) error {
 	delay := 100 * time.Millisecond
 	for {
 		pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
@@ -57,7 +61,7 @@ func (t *traffic) publishReport(ctx context.Context, pub *broker.Publisher, m me
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		t.log.Debug("report publish failed; retrying", "message_id", m.MessageID, "error", err)
+		t.log.Debug("report publish failed; retrying", "message_id", id, "error", err)
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
@@ -68,13 +72,14 @@ func (t *traffic) publishReport(ctx context.Context, pub *broker.Publisher, m me
 }
 
 // produce publishes every plan's first failure at rate per second (not catching up in a
-// burst after a stall), each confirmed.
-func (t *traffic) produce(ctx context.Context, plans []plan, rate float64) error {
+// burst after a stall), each confirmed, with the bad reports spread evenly among them.
+func (t *traffic) produce(ctx context.Context, plans []plan, bad []hostile, rate float64) error {
 	pub := broker.NewPublisher(broker.Config{URL: t.url, ConnectionName: t.prefix + "producer", PublishTimeout: 5 * time.Second}, t.log.With("component", "producer"))
 	defer pub.Close()
 	interval := time.Duration(float64(time.Second) / rate)
 	next := time.Now()
-	for _, p := range plans {
+	sentBad := 0
+	for i, p := range plans {
 		if d := time.Until(next); d > 0 {
 			select {
 			case <-ctx.Done():
@@ -91,6 +96,12 @@ func (t *traffic) produce(ctx context.Context, plans []plan, rate float64) error
 			return fmt.Errorf("publish first failure of %s: %w", p.id, err)
 		}
 		t.ledger.markPublished(p.id)
+		for ; sentBad < len(bad) && sentBad*len(plans) < (i+1)*len(bad); sentBad++ {
+			if err := t.publishHostile(ctx, pub, bad[sentBad]); err != nil {
+				return fmt.Errorf("publish bad report %s: %w", bad[sentBad].id, err)
+			}
+			t.ledger.markHostilePublished(bad[sentBad].id)
+		}
 	}
 	return nil
 }
@@ -190,7 +201,9 @@ func (t *traffic) handleDead(_ context.Context, d amqp.Delivery) {
 	for _, a := range e.RetryAttempts {
 		dl.Attempts = append(dl.Attempts, a.Attempt)
 	}
-	t.ledger.deadLettered(e.MessageID, dl)
+	if !t.ledger.hostileDeadLettered(e.MessageID, e.DeadReason) {
+		t.ledger.deadLettered(e.MessageID, dl)
+	}
 	_ = d.Ack(false)
 }
 

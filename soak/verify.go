@@ -155,6 +155,8 @@ type figures struct {
 	CorruptPayload          int `json:"payload_changed"`
 	Strangers               int `json:"unknown_ids"`
 	Unexpected              int `json:"unexpected"`
+	// Hostile are the bad reports mixed into the traffic: each must be dead-lettered once.
+	Hostile hostileFigures `json:"hostile"`
 
 	Deliveries           int `json:"deliveries"`
 	DuplicateDeliveries  int `json:"duplicate_deliveries_same_key"`
@@ -320,7 +322,11 @@ func judge(l *ledger, outcomes map[string]outcome, runs map[string]int, wid func
 			}
 		}
 	}
-	f.Unexpected = f.WrongOutcome + f.OverDelivered + f.KeyMismatch + f.IncompleteDeadLetters + f.BeyondMax + f.CorruptPayload + f.Strangers
+	hf, hprobs := judgeHostile(l)
+	f.Hostile = hf
+	probs = append(probs, hprobs...)
+	f.Lost += hf.Missing
+	f.Unexpected = f.WrongOutcome + f.OverDelivered + f.KeyMismatch + f.IncompleteDeadLetters + f.BeyondMax + f.CorruptPayload + f.Strangers + hf.Wrong
 	for _, s := range l.strange {
 		probs = append(probs, problem{Check: "unknown id", Detail: s})
 	}
