@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
@@ -281,9 +282,14 @@ func setErrorDetail(rep *message.FailureReport, errorType, stackTrace string) []
 // finish resolves the policy and fills what both forms share.
 func finish(rep message.FailureReport, policyName, rawID string, opts DecodeOptions) message.FailureReport {
 	m := &rep.Message
-	m.MessageID = message.MessageIDOrFallback(rawID, m.OriginalQueue, m.Payload)
+	usable := rawID
+	if !utf8.ValidString(rawID) {
+		// The history would coerce it to UTF-8: another id than the one reported.
+		usable = ""
+	}
+	m.MessageID = message.MessageIDOrFallback(usable, m.OriginalQueue, m.Payload)
 	if rawID != "" && m.MessageID != rawID {
-		rep.Notes = append(rep.Notes, fmt.Sprintf("message id unusable (empty, over %d bytes or with control characters); using fallback %s", message.MaxMessageIDLen, m.MessageID))
+		rep.Notes = append(rep.Notes, fmt.Sprintf("message id unusable (empty, over %d bytes, not UTF-8 or with control characters); using fallback %s", message.MaxMessageIDLen, m.MessageID))
 	} else if rawID == "" {
 		rep.Notes = append(rep.Notes, "message has no id; using fallback "+m.MessageID)
 	}

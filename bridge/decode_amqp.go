@@ -41,12 +41,29 @@ func checkEntityName(field, v string, required bool) *PoisonError {
 	return nil
 }
 
-// checkShort refuses a value over AMQP's short-string limit.
+// checkShort refuses a value over AMQP's short-string limit as the republish will see it.
 func checkShort(field, v string) *PoisonError {
-	if n := len(v); n > maxNameLen {
+	if n := storedLen(v); n > maxNameLen {
 		return poisonf("%s is %d bytes long, over AMQP's short-string limit of %d", field, n, maxNameLen)
 	}
 	return nil
+}
+
+// storedLen is the length of s once it has been through the workflow's history: JSON
+// coerces it to UTF-8, each invalid byte becoming U+FFFD (3 bytes), so a string that fits
+// in 255 bytes on arrival may not fit on the republish.
+func storedLen(s string) int {
+	n := 0
+	for i := 0; i < len(s); {
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && size == 1 {
+			n += len(string(utf8.RuneError))
+		} else {
+			n += size
+		}
+		i += size
+	}
+	return n
 }
 
 // checkShortStrings refuses a message whose republish would carry a short string AMQP cannot
@@ -87,7 +104,7 @@ func checkHeaderNames(v any, path string) *PoisonError {
 			if path != "" {
 				p = path + "." + k
 			}
-			if n := len(k); n > maxNameLen {
+			if n := storedLen(k); n > maxNameLen {
 				what := "header name"
 				if path != "" {
 					what = "name of a field in header " + truncate(path, 64)
