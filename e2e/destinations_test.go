@@ -163,3 +163,47 @@ func TestLongCorrelationIDIsPoisonAndTheNextIsOnTime(t *testing.T) {
 	arrivals.caughtUp(t)
 	assert.Len(t, arrivals.all(), 1, "the poison one was never published")
 }
+
+// With a destinations block, a report for a queue outside it, or from a producer outside its
+// binding, is poison; what the block allows is republished.
+func TestDestinationsOutsideTheBlockArePoison(t *testing.T) {
+	s := newStack(t)
+	orders := s.queue(s.prefix+".orders", nil)
+	audit := s.queue(s.prefix+".audit", nil)
+	file := policyFile + fmt.Sprintf(`
+destinations:
+  queues: [%q, %q]
+  producers:
+    - user: guest
+      queues: [%q]
+`, s.prefix+".orders*", s.prefix+".billing*", s.prefix+".billing*")
+	require.NoError(t, os.WriteFile(s.cfg.PolicyFile, []byte(file), 0o600))
+	s.run("all")
+	dlq := s.consume(s.dlq, nil)
+	atOrders := s.consume(orders, nil)
+	atAudit := s.consume(audit, nil)
+
+	report := func(id, queue, user string) {
+		body, err := json.Marshal(message.RetryMessage{MessageID: id, OriginalQueue: queue, OriginalPayload: []byte(id), ErrorReason: "x"})
+		require.NoError(t, err)
+		s.publishRaw(s.ingress, amqp.Publishing{ContentType: "application/json", MessageId: id, UserId: user, Body: body})
+	}
+	report("outside", audit, "")
+	report("unbound", orders, "guest")
+	report("allowed", orders, "")
+
+	assert.Equal(t, "allowed", string(atOrders.next(t, 15*time.Second).Body))
+	details := map[string]string{}
+	for range 2 {
+		env := envelopeOf(t, dlq.next(t, 30*time.Second))
+		details[env.MessageID] = env.DeadDetail
+		assert.Equal(t, "poison", env.DeadReason)
+	}
+	assert.Contains(t, details["outside"], fmt.Sprintf("destination not allowed: queue %q matches no pattern in destinations.queues", audit))
+	assert.Contains(t, details["unbound"], fmt.Sprintf(`destination not allowed: producer "guest" may not use queue %q`, orders))
+
+	atOrders.caughtUp(t)
+	atAudit.caughtUp(t)
+	assert.Len(t, atOrders.all(), 1, "only the allowed one")
+	assert.Empty(t, atAudit.all())
+}
