@@ -67,7 +67,9 @@ type Config struct {
 	// (broker.IngressArgs and broker.QueueArgs); a queue that exists with others is used as
 	// it is.
 	IngressArgs, DeadLetterArgs amqp.Table
-	// Decode configures decoding; its DefaultDeadLetterQueue defaults to DeadLetterQueue.
+	// Decode configures decoding; its DefaultDeadLetterQueue defaults to DeadLetterQueue, and
+	// its Guard to the Resolver's destinations with Queue, DeadLetterQueue and every
+	// dead-letter queue the Resolver's catalog names as the scheduler's own queues.
 	Decode DecodeOptions
 	// ServiceName and ServiceVersion name the scheduler in the envelopes the bridge writes
 	// itself (poison, oversize): metadata.service, metadata.service_version and the AMQP
@@ -117,6 +119,13 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Decode.DefaultDeadLetterQueue == "" {
 		c.Decode.DefaultDeadLetterQueue = c.DeadLetterQueue
+	}
+	if c.Decode.Guard == nil {
+		// The ingress and the dead-letter queues are the scheduler's own: never a destination.
+		if c.Decode.Resolver == nil {
+			c.Decode.Resolver = policy.NewCatalog()
+		}
+		c.Decode.Guard = defaultGuard(c.Decode.Resolver, c.Queue, c.DeadLetterQueue, c.Decode.DefaultDeadLetterQueue)
 	}
 	c.Decode = c.Decode.withDefaults()
 	return c

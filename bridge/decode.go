@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
@@ -33,7 +34,7 @@ const (
 	MaxRetryCount = 10000
 	// MaxRetryAfter bounds retry_after_ms and x-retry-after.
 	MaxRetryAfter = 30 * 24 * time.Hour
-	// maxNameLen is AMQP's short-string limit for queue, exchange and routing-key names.
+	// maxNameLen is AMQP's short-string limit: names, most properties, field-table keys.
 	maxNameLen = 255
 	// maxKeywordLen is the longest value of a Keyword search attribute: Temporal's SQL
 	// visibility stores keep them at VARCHAR(255).
@@ -85,6 +86,12 @@ type DecodeOptions struct {
 	AllowHeaders []string
 	// Now is the clock for ReportedAt and HTTP-date Retry-After values. Defaults to time.Now.
 	Now func() time.Time
+	// Guard says where the scheduler may republish and what each producer may ask; a report
+	// outside it is poison. Config sets it (see Config.withDefaults); left nil, it is the
+	// Resolver's destinations when the Resolver is a *policy.Catalog, else the secure
+	// default, with DefaultDeadLetterQueue (and the catalog's dead-letter queues) as the
+	// scheduler's own queues.
+	Guard *policy.Guard
 }
 
 // DefaultDeadLetterQueue is the manual-review queue: where a message goes when retrying cannot
@@ -104,7 +111,21 @@ func (o DecodeOptions) withDefaults() DecodeOptions {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
+	if o.Guard == nil {
+		o.Guard = defaultGuard(o.Resolver, "", o.DefaultDeadLetterQueue)
+	}
 	return o
+}
+
+// defaultGuard is the guard of resolver's destinations (the secure default unless it is a
+// *policy.Catalog with a destinations block) with ingress, deadLetterQueue, others and the
+// catalog's dead-letter queues as the scheduler's own.
+func defaultGuard(resolver PolicyResolver, ingress, deadLetterQueue string, others ...string) *policy.Guard {
+	c, ok := resolver.(*policy.Catalog)
+	if !ok || c == nil {
+		c = &policy.Catalog{}
+	}
+	return c.Guard(ingress, deadLetterQueue, others...)
 }
 
 // Delivery is the part of an amqp.Delivery that Decode reads, so that decoding is testable
@@ -123,6 +144,9 @@ type Delivery struct {
 	Timestamp       time.Time
 	Exchange        string
 	RoutingKey      string
+	// UserID is the AMQP user-id property, which RabbitMQ checks against the publishing
+	// connection's user: the producer, where it says who it is.
+	UserID string
 }
 
 // DeliveryFrom copies the fields Decode reads.
@@ -141,6 +165,7 @@ func DeliveryFrom(d amqp.Delivery) Delivery {
 		Timestamp:       d.Timestamp,
 		Exchange:        d.Exchange,
 		RoutingKey:      d.RoutingKey,
+		UserID:          d.UserId,
 	}
 }
 
@@ -188,14 +213,7 @@ func Decode(d Delivery, opts DecodeOptions) (message.FailureReport, error) {
 		err = &PoisonError{Kind: KindPoison, Reason: reasonNotRetryMessage}
 	}
 	if err == nil {
-		// A Keyword must be UTF-8 (an AMQP string header or the type property need not be).
-		rep.Message.EventType = strings.ToValidUTF8(rep.Message.EventType, "\uFFFD")
-		// headersize.go: a report whose headers could never be republished is poison now,
-		// not a publish that fails for a day.
-		if pe := headersTooLarge(rep.Message.Headers); pe != nil {
-			pe.OriginalQueue, pe.MessageID = rep.Message.OriginalQueue, rep.Message.MessageID
-			err = pe
-		} else if pe := checkKeywords(rep.Message); pe != nil {
+		if pe := accept(&rep, d, opts); pe != nil {
 			pe.OriginalQueue, pe.MessageID = rep.Message.OriginalQueue, rep.Message.MessageID
 			err = pe
 		}
@@ -208,6 +226,28 @@ func Decode(d Delivery, opts DecodeOptions) (message.FailureReport, error) {
 		return message.FailureReport{}, err
 	}
 	return rep, nil
+}
+
+// accept finishes a decoded report with what every form shares, and refuses what no form
+// may carry: a short string AMQP cannot encode, headers that could not be republished,
+// values too long for a search attribute, and a destination the operator does not allow.
+func accept(rep *message.FailureReport, d Delivery, opts DecodeOptions) *PoisonError {
+	m := &rep.Message
+	// A Keyword must be UTF-8 (an AMQP string header or the type property need not be).
+	m.EventType = strings.ToValidUTF8(m.EventType, "\uFFFD")
+	m.Producer = strings.ToValidUTF8(d.UserID, "\uFFFD")
+	if pe := checkShortStrings(*m); pe != nil {
+		return pe
+	}
+	// headersize.go: a report whose headers could never be republished is poison now,
+	// not a publish that fails for a day.
+	if pe := headersTooLarge(m.Headers); pe != nil {
+		return pe
+	}
+	if pe := checkKeywords(*m); pe != nil {
+		return pe
+	}
+	return checkDestination(*rep, opts.Guard)
 }
 
 // checkKeywords refuses values that travel into Keyword search attributes and would not fit:
@@ -242,9 +282,14 @@ func setErrorDetail(rep *message.FailureReport, errorType, stackTrace string) []
 // finish resolves the policy and fills what both forms share.
 func finish(rep message.FailureReport, policyName, rawID string, opts DecodeOptions) message.FailureReport {
 	m := &rep.Message
-	m.MessageID = message.MessageIDOrFallback(rawID, m.OriginalQueue, m.Payload)
+	usable := rawID
+	if !utf8.ValidString(rawID) {
+		// The history would coerce it to UTF-8: another id than the one reported.
+		usable = ""
+	}
+	m.MessageID = message.MessageIDOrFallback(usable, m.OriginalQueue, m.Payload)
 	if rawID != "" && m.MessageID != rawID {
-		rep.Notes = append(rep.Notes, fmt.Sprintf("message id unusable (empty, over %d bytes or with control characters); using fallback %s", message.MaxMessageIDLen, m.MessageID))
+		rep.Notes = append(rep.Notes, fmt.Sprintf("message id unusable (empty, over %d bytes, not UTF-8 or with control characters); using fallback %s", message.MaxMessageIDLen, m.MessageID))
 	} else if rawID == "" {
 		rep.Notes = append(rep.Notes, "message has no id; using fallback "+m.MessageID)
 	}
@@ -254,6 +299,10 @@ func finish(rep message.FailureReport, policyName, rawID string, opts DecodeOpti
 	}
 	p, dlq, note := opts.Resolver.Resolve(m.OriginalQueue, policyName)
 	rep.Policy = p
+	if ceiling := p.RetriesCeiling(); rep.MaxRetries > ceiling {
+		rep.Notes = append(rep.Notes, fmt.Sprintf("max_retries %d capped to policy %q's ceiling of %d", rep.MaxRetries, p.Name, ceiling))
+		rep.MaxRetries = ceiling
+	}
 	rep.DeadLetterQueue = dlq
 	if rep.DeadLetterQueue == "" {
 		rep.DeadLetterQueue = opts.DefaultDeadLetterQueue
@@ -287,16 +336,6 @@ func isProtobuf(mt string) bool {
 		return true
 	}
 	return false
-}
-
-func checkName(field, v string, required bool) *PoisonError {
-	if required && v == "" {
-		return poisonf("%s is empty", field)
-	}
-	if len(v) > maxNameLen {
-		return poisonf("%s is %d bytes long, over AMQP's limit of %d", field, len(v), maxNameLen)
-	}
-	return nil
 }
 
 func checkCount(field string, v int64) *PoisonError {

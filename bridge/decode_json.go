@@ -235,7 +235,7 @@ func (w *retryMessageJSON) report() (message.FailureReport, *PoisonError) {
 	if w.OriginalQueue == nil {
 		return rep, poisonf("original_queue is missing")
 	}
-	if pe := checkName("original_queue", *w.OriginalQueue, true); pe != nil {
+	if pe := checkEntityName("original_queue", *w.OriginalQueue, true); pe != nil {
 		return rep, pe
 	}
 	if w.OriginalPayload == nil {
@@ -245,7 +245,7 @@ func (w *retryMessageJSON) report() (message.FailureReport, *PoisonError) {
 	if err != nil {
 		return rep, poisonf("original_payload is not standard base64: %v", err)
 	}
-	if pe := checkName("original_exchange", w.OriginalExchange, false); pe != nil {
+	if pe := checkEntityName("original_exchange", w.OriginalExchange, false); pe != nil {
 		return rep, pe
 	}
 	if pe := checkName("original_routing_key", w.OriginalRoutingKey, false); pe != nil {

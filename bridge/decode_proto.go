@@ -124,7 +124,7 @@ func decodeProtobuf(d Delivery, opts DecodeOptions) (message.FailureReport, erro
 	if !hasQueue {
 		return fail(poisonf("original_queue (field 3) is missing"))
 	}
-	if pe := checkName("original_queue", m.OriginalQueue, true); pe != nil {
+	if pe := checkEntityName("original_queue", m.OriginalQueue, true); pe != nil {
 		return fail(pe)
 	}
 	if m.Payload == nil {

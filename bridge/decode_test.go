@@ -732,12 +732,12 @@ func TestDeliveryFrom(t *testing.T) {
 	d := amqp.Delivery{
 		Body: []byte("b"), Headers: amqp.Table{"a": "b"}, ContentType: "ct", ContentEncoding: "ce",
 		MessageId: "id", CorrelationId: "cid", Type: "ty", AppId: "app", ReplyTo: "rt", Priority: 3,
-		Timestamp: ts, Exchange: "ex", RoutingKey: "rk",
+		Timestamp: ts, Exchange: "ex", RoutingKey: "rk", UserId: "billing-svc",
 	}
 	assert.Equal(t, Delivery{
 		Body: []byte("b"), Headers: amqp.Table{"a": "b"}, ContentType: "ct", ContentEncoding: "ce",
 		MessageID: "id", CorrelationID: "cid", Type: "ty", AppID: "app", ReplyTo: "rt", Priority: 3,
-		Timestamp: ts, Exchange: "ex", RoutingKey: "rk",
+		Timestamp: ts, Exchange: "ex", RoutingKey: "rk", UserID: "billing-svc",
 	}, DeliveryFrom(d))
 }
 

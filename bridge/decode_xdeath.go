@@ -70,10 +70,10 @@ func firstXDeath(headers amqp.Table) (xDeathEntry, *PoisonError) {
 		}
 	}
 	e.reason, _ = headerString(t["reason"])
-	if pe := checkName("x-death[0].queue", e.queue, true); pe != nil {
+	if pe := checkEntityName("x-death[0].queue", e.queue, true); pe != nil {
 		return e, pe
 	}
-	if pe := checkName("x-death[0].exchange", e.exchange, false); pe != nil {
+	if pe := checkEntityName("x-death[0].exchange", e.exchange, false); pe != nil {
 		return e, pe
 	}
 	if pe := checkName("x-death[0].routing-keys[0]", e.routingKey, false); pe != nil {

@@ -44,6 +44,7 @@ func checkDecoded(t *testing.T, d Delivery) {
 	if d := amqpDepth(rep.Message.Headers, 0); d > 32 {
 		t.Fatalf("accepted headers nested %d deep: amqp091-go consumers could not read the republish", d)
 	}
+	checkRepublishable(t, rep, testOptions().DefaultDeadLetterQueue)
 }
 
 func FuzzDecodeJSON(f *testing.F) {

@@ -20,6 +20,7 @@ var SearchAttributeKeys = []temporal.SearchAttributeKey{
 	workflows.SADeadAt,
 	workflows.SAEventType,
 	workflows.SABreakerState,
+	workflows.SAProducer,
 }
 
 // cliTypes maps value types to the names `temporal` accepts.

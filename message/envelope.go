@@ -57,7 +57,10 @@ type Envelope struct {
 // Metadata is the envelope's service metadata block: who reported the failures, and when the
 // first and last attempts and the dead-lettering happened.
 type Metadata struct {
-	TenantID              string    `json:"tenant_id,omitempty"`
+	TenantID string `json:"tenant_id,omitempty"`
+	// Producer is the AMQP user-id the failure was reported with (RabbitMQ validated it),
+	// when the report carried one.
+	Producer              string    `json:"producer,omitempty"`
 	DLQTimestamp          time.Time `json:"dlq_timestamp"`
 	Service               string    `json:"service"`
 	ServiceVersion        string    `json:"service_version,omitempty"`

@@ -31,6 +31,10 @@ type Message struct {
 	// EventType is the producer's name for what the message is (order.created, say): a
 	// column and a filter for operators.
 	EventType string `json:"event_type,omitempty"`
+	// Producer is the AMQP user-id of the report, which RabbitMQ validated against the
+	// publishing connection's user; empty when the report had none. It is recorded, never
+	// copied to a republish (whose connection's user differs).
+	Producer string `json:"producer,omitempty"`
 }
 
 // Properties are the AMQP basic properties copied on republish.

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"path"
+	"slices"
 	"sort"
 )
 
@@ -24,6 +25,9 @@ type Catalog struct {
 	Default  string            `json:"default"`
 	Policies map[string]Policy `json:"policies"`
 	Routes   []Route           `json:"routes,omitempty"`
+	// Destinations are where the scheduler may republish; the zero value is the secure
+	// default (see Destinations).
+	Destinations Destinations `json:"destinations,omitzero"`
 }
 
 // NewCatalog returns the built-in policies with "default" as the default and no routes,
@@ -75,7 +79,44 @@ func (c *Catalog) Validate() error {
 			errs = append(errs, fmt.Errorf("%s: unknown policy %q", where, r.Policy))
 		}
 	}
+	if err := c.Destinations.Validate(); err != nil {
+		errs = append(errs, err)
+	}
 	return errors.Join(errs...)
+}
+
+// DeadLetterQueues are the dead-letter queues the catalog's policies and routes name, sorted,
+// each once.
+func (c *Catalog) DeadLetterQueues() []string {
+	var qs []string
+	for _, p := range c.Policies {
+		if p.DeadLetterQueue != "" {
+			qs = append(qs, p.DeadLetterQueue)
+		}
+	}
+	for _, r := range c.Routes {
+		if r.DeadLetterQueue != "" {
+			qs = append(qs, r.DeadLetterQueue)
+		}
+	}
+	slices.Sort(qs)
+	return slices.Compact(qs)
+}
+
+// Guard is the catalog's destinations with the scheduler's own queues: ingress and
+// manualReview (the global dead-letter queue), every dead-letter queue the catalog names,
+// and any other queue the service declares (others).
+func (c *Catalog) Guard(ingress, manualReview string, others ...string) *Guard {
+	own := map[string]string{}
+	for _, q := range others {
+		own[q] = "queue"
+	}
+	for _, q := range c.DeadLetterQueues() {
+		own[q] = "dead-letter queue"
+	}
+	own[manualReview] = "manual-review queue"
+	own[ingress] = "ingress queue"
+	return NewGuard(c.Destinations, own)
 }
 
 // Resolve picks the policy and dead-letter queue for a message from queue, with an

@@ -21,6 +21,7 @@ type fileCatalog struct {
 	DefaultPolicy string                `yaml:"default_policy"`
 	Policies      map[string]filePolicy `yaml:"policies"`
 	Routes        []fileRoute           `yaml:"routes"`
+	Destinations  Destinations          `yaml:"destinations"`
 }
 
 type filePolicy struct {
@@ -28,7 +29,9 @@ type filePolicy struct {
 	Jitter     *fileJitter  `yaml:"jitter"`
 	MaxRetries *int         `yaml:"max_retries"`
 	// UnknownMaxRetries caps retries of unknown errors; absent or 0: no cap.
-	UnknownMaxRetries int       `yaml:"unknown_max_retries"`
+	UnknownMaxRetries int `yaml:"unknown_max_retries"`
+	// MaxRetriesCeiling caps a message's own max_retries; absent or 0: the default.
+	MaxRetriesCeiling int       `yaml:"max_retries_ceiling"`
 	MaxWindow         duration  `yaml:"max_window"`
 	QuietWindow       *duration `yaml:"quiet_window"`
 	DeadLetterQueue   string    `yaml:"dead_letter_queue"`
@@ -143,6 +146,7 @@ func Parse(data []byte) (*Catalog, error) {
 	for _, r := range f.Routes {
 		c.Routes = append(c.Routes, Route(r))
 	}
+	c.Destinations = f.Destinations
 	if len(errs) == 0 {
 		if err := c.Validate(); err != nil {
 			errs = append(errs, err)
@@ -175,6 +179,7 @@ func (fp filePolicy) policy(name string) (Policy, error) {
 		Name:              name,
 		MaxWindow:         time.Duration(fp.MaxWindow),
 		UnknownMaxRetries: fp.UnknownMaxRetries,
+		MaxRetriesCeiling: fp.MaxRetriesCeiling,
 		QuietWindow:       DefaultQuietWindow,
 		DeadLetterQueue:   fp.DeadLetterQueue,
 		Manual:            fp.Manual,
@@ -248,13 +253,16 @@ func (fp filePolicy) policy(name string) (Policy, error) {
 
 // yamlTypeNames are the file's words for the decoder's Go type names.
 var yamlTypeNames = map[string]string{
-	"fileCatalog": "the policy file",
-	"filePolicy":  "a policy",
-	"fileBackoff": "backoff",
-	"fileJitter":  "jitter",
-	"fileRoute":   "a route",
-	"fileBreaker": "breaker",
-	"duration":    "a duration",
+	"fileCatalog":  "the policy file",
+	"filePolicy":   "a policy",
+	"fileBackoff":  "backoff",
+	"fileJitter":   "jitter",
+	"fileRoute":    "a route",
+	"fileBreaker":  "breaker",
+	"duration":     "a duration",
+	"Destinations": "destinations",
+	"ExchangeRule": "an exchange rule",
+	"ProducerRule": "a producer rule",
 }
 
 var (

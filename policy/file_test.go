@@ -23,6 +23,7 @@ func TestParseExampleFile(t *testing.T) {
 		Jitter:            Jitter{Mode: Equal},
 		MaxRetries:        5,
 		UnknownMaxRetries: 2,
+		MaxRetriesCeiling: 10,
 		MaxWindow:         10 * time.Minute,
 		QuietWindow:       30 * time.Second,
 		DeadLetterQueue:   "billing.dead",
@@ -57,6 +58,11 @@ func TestParseExampleFile(t *testing.T) {
 		}
 	}
 	assert.Len(t, c.Policies, len(Builtins())+2)
+	assert.Equal(t, Destinations{
+		Queues:    []string{"billing.*", "notify.*", "email.*", "orders.*"},
+		Exchanges: []ExchangeRule{{Exchange: "events", RoutingKeys: []string{"order.*", "invoice.*"}}},
+		Producers: []ProducerRule{{User: "billing-svc", Queues: []string{"billing.*"}, Exchanges: []ExchangeRule{}, Tenants: []string{"acme", ""}}},
+	}, c.Destinations)
 
 	assert.Equal(t, []Route{
 		{Queue: "billing.refunds", Policy: CriticalName, DeadLetterQueue: "billing.refunds.dead"},

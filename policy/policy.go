@@ -84,6 +84,9 @@ type Policy struct {
 	// may be permanent, so the tiers (aggressive to none) give them 2 chances rather than the
 	// full budget. 0 means no cap (the default policy retries every error alike).
 	UnknownMaxRetries int `json:"unknown_max_retries,omitempty"`
+	// MaxRetriesCeiling, when above 0, is the most retries a message may ask for with its own
+	// max_retries; 0 means the default (see RetriesCeiling).
+	MaxRetriesCeiling int `json:"max_retries_ceiling,omitempty"`
 	// MaxWindow, when above 0, sends the message to dead once a retry would fall later than
 	// this after the first failure.
 	MaxWindow time.Duration `json:"max_window,omitempty"`
@@ -95,4 +98,18 @@ type Policy struct {
 	Manual bool `json:"manual,omitempty"`
 	// Breaker holds this policy's retries while their destination is failing (see Breaker).
 	Breaker Breaker `json:"breaker,omitzero"`
+}
+
+// DefaultMaxRetriesCeiling is the most retries a message may ask for with its own
+// max_retries when its policy sets no max_retries_ceiling (and max_retries is lower).
+const DefaultMaxRetriesCeiling = 25
+
+// RetriesCeiling is the most retries a message may ask for under p: MaxRetriesCeiling when
+// set, else DefaultMaxRetriesCeiling or the policy's own max_retries, whichever is higher
+// (a message never needs to be capped below its policy).
+func (p Policy) RetriesCeiling() int {
+	if p.MaxRetriesCeiling > 0 {
+		return p.MaxRetriesCeiling
+	}
+	return max(DefaultMaxRetriesCeiling, p.MaxRetries)
 }

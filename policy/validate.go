@@ -66,6 +66,11 @@ func (p Policy) Validate() error {
 	if p.UnknownMaxRetries < 0 || p.UnknownMaxRetries > maxMaxRetries {
 		bad("unknown_max_retries must be between 0 and %d, not %d", maxMaxRetries, p.UnknownMaxRetries)
 	}
+	if p.MaxRetriesCeiling < 0 || p.MaxRetriesCeiling > maxMaxRetries {
+		bad("max_retries_ceiling must be between 0 and %d, not %d", maxMaxRetries, p.MaxRetriesCeiling)
+	} else if p.MaxRetriesCeiling > 0 && p.MaxRetriesCeiling < p.MaxRetries {
+		bad("max_retries_ceiling (%d) must be at least max_retries (%d): it caps what a message may ask for, not the policy", p.MaxRetriesCeiling, p.MaxRetries)
+	}
 	if p.MaxWindow < 0 {
 		bad("max_window must not be negative")
 	}

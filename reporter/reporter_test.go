@@ -105,3 +105,15 @@ func TestProbe(t *testing.T) {
 		"NotFound: the frontend, history and store answered")
 	assert.Error(t, Probe(&fakeClient{describeErr: serviceerror.NewUnavailable("db down")})(t.Context()))
 }
+
+// A parked poison delivery goes to the workflow its envelope names, under the ingress: never
+// into the workflow of the same message reported normally, which may be live.
+func TestReportParksPoisonUnderTheIngress(t *testing.T) {
+	c := &fakeClient{}
+	r := firstReport(policy.Default(3, 2*time.Second, time.Minute))
+	r.Poison = &message.Poison{Kind: message.PoisonKindPoison, Reason: "bad", IngressQueue: "retry.scheduled"}
+	require.NoError(t, (&Reporter{Client: c, TaskQueue: "tq"}).Report(t.Context(), r))
+	require.Len(t, c.starts, 1)
+	assert.Equal(t, message.PoisonWorkflowID("retry.scheduled", "orders", "m-1"), c.starts[0].ID)
+	assert.NotEqual(t, message.WorkflowID("orders", "m-1"), c.starts[0].ID)
+}

@@ -586,6 +586,7 @@ func (r *retryRun) envelope(now time.Time) message.Envelope {
 		OriginalMessage:    s.Message,
 		Metadata: message.Metadata{
 			TenantID:              s.TenantID,
+			Producer:              s.Message.Producer,
 			DLQTimestamp:          now,
 			Service:               s.Service,
 			ServiceVersion:        s.ServiceVersion,
@@ -789,6 +790,9 @@ func searchAttributeUpdates(s *State) []temporal.SearchAttributeUpdate {
 	}
 	if s.Message.EventType != "" {
 		updates = append(updates, SAEventType.ValueSet(s.Message.EventType))
+	}
+	if s.Message.Producer != "" {
+		updates = append(updates, SAProducer.ValueSet(s.Message.Producer))
 	}
 	if s.NextRetryAt.IsZero() {
 		updates = append(updates, SANextRetryTime.ValueUnset())

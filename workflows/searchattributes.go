@@ -25,4 +25,7 @@ var (
 	SADeadAt = temporal.NewSearchAttributeKeyTime("DeadAt")
 	// SAEventType is the message's event type, when the producer gave one.
 	SAEventType = temporal.NewSearchAttributeKeyKeyword("EventType")
+	// SAProducer is the AMQP user-id the failure was reported with (RabbitMQ validated it),
+	// when the report carried one.
+	SAProducer = temporal.NewSearchAttributeKeyKeyword("RetryProducer")
 )

@@ -1,0 +1,209 @@
+//go:build integration
+
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.temporal.io/api/workflowservice/v1"
+
+	"retry-scheduler/broker"
+	"retry-scheduler/broker/brokertest"
+	"retry-scheduler/message"
+	"retry-scheduler/workflows"
+)
+
+// withBillingDLQ is policyFile with a route of the test's billing queues to a dead-letter
+// queue of their own, which is then one of the scheduler's own queues.
+func (s *stack) withBillingDLQ() (billingDLQ string) {
+	s.t.Helper()
+	billingDLQ = s.prefix + ".billing.dead"
+	file := strings.Replace(policyFile, "routes:\n", fmt.Sprintf("routes:\n  - queue: %q\n    policy: e2e-fast\n    dead_letter_queue: %q\n", s.prefix+".billing*", billingDLQ), 1)
+	require.NoError(s.t, os.WriteFile(s.cfg.PolicyFile, []byte(file), 0o600))
+	s.t.Cleanup(func() { s.deleteQueues(billingDLQ) })
+	return billingDLQ
+}
+
+// bindAmqDirect binds the test's queue to amq.direct under its own name, so that a retry
+// wrongly sent through amq.direct would arrive there; the binding goes with the queue.
+func (s *stack) bindAmqDirect(queue string) {
+	s.t.Helper()
+	conn, err := broker.Dial(broker.Config{URL: brokertest.URL()})
+	require.NoError(s.t, err)
+	defer conn.Close()
+	ch, err := conn.Channel()
+	require.NoError(s.t, err)
+	require.NoError(s.t, ch.QueueBind(queue, queue, "amq.direct", false, nil))
+}
+
+// waitDead waits for the parked workflow of a poison delivery: the bridge parks it once its
+// envelope is on the dead-letter queue.
+func (s *stack) waitDead(id string) {
+	s.t.Helper()
+	eventually(s.t, 30*time.Second, func() error {
+		if st := s.retryStatus(id); st != workflows.StatusDead {
+			return fmt.Errorf("%s is %q, not parked dead", id, st)
+		}
+		return nil
+	})
+}
+
+// A report aimed at the ingress, at a dead-letter queue or at an amq.* exchange is poison:
+// dead-lettered with the reason, parked, and nothing is published where it pointed.
+func TestDestinationsOwnQueuesAndAmqArePoison(t *testing.T) {
+	s := newStack(t)
+	billingDLQ := s.withBillingDLQ()
+	victim := s.queue(s.prefix+".victim", nil)
+	s.bindAmqDirect(victim)
+	s.run("all")
+	dlq := s.consume(s.dlq, nil)
+	atVictim := s.consume(victim, nil)
+	atBillingDLQ := s.consume(billingDLQ, nil)
+
+	// The payload aimed at the ingress is itself a report for the victim queue: republished
+	// into the ingress, it would be decoded and reach the victim.
+	inner, err := json.Marshal(message.RetryMessage{MessageID: "inner", OriginalQueue: victim, OriginalPayload: []byte("smuggled"), ErrorReason: "x"})
+	require.NoError(t, err)
+	reports := map[string]message.RetryMessage{
+		"at-ingress":     {MessageID: "at-ingress", OriginalQueue: s.ingress, OriginalPayload: inner, ErrorReason: "x"},
+		"at-manual":      {MessageID: "at-manual", OriginalQueue: s.dlq, OriginalPayload: []byte("p"), ErrorReason: "x"},
+		"at-billing-dlq": {MessageID: "at-billing-dlq", OriginalQueue: billingDLQ, OriginalPayload: []byte("p"), ErrorReason: "x"},
+		"at-amq-direct": {MessageID: "at-amq-direct", OriginalQueue: s.prefix + ".orders", OriginalExchange: "amq.direct",
+			OriginalRoutingKey: victim, OriginalPayload: []byte("p"), ErrorReason: "x"},
+	}
+	want := map[string]string{
+		"at-ingress":     fmt.Sprintf("destination not allowed: queue %q is the scheduler's own ingress queue", s.ingress),
+		"at-manual":      fmt.Sprintf("destination not allowed: queue %q is the scheduler's own manual-review queue", s.dlq),
+		"at-billing-dlq": fmt.Sprintf("destination not allowed: queue %q is the scheduler's own dead-letter queue", billingDLQ),
+		"at-amq-direct":  `destination not allowed: exchange "amq.direct"`,
+	}
+	for _, r := range reports {
+		s.publishRetry(r)
+	}
+
+	for range reports {
+		d := dlq.next(t, 30*time.Second)
+		assert.Equal(t, "poison", d.Headers[message.HeaderDeadReason], "an envelope of the bridge's, not a republish")
+		assert.Nil(t, d.Headers[message.HeaderRetryCount])
+		env := envelopeOf(t, d)
+		require.Contains(t, want, env.MessageID)
+		assert.Contains(t, env.DeadDetail, want[env.MessageID])
+		s.waitDead(env.WorkflowID)
+	}
+
+	// Nothing reached the victim (through the ingress or amq.direct) nor the billing DLQ.
+	atVictim.caughtUp(t)
+	atBillingDLQ.caughtUp(t)
+	dlq.caughtUp(t)
+	assert.Empty(t, atVictim.all())
+	assert.Empty(t, atBillingDLQ.all())
+	assert.Len(t, dlq.all(), len(reports), "only the envelopes")
+}
+
+// A 300-byte correlation id is poison at once; the message published right after it is
+// republished on time, and its producer (the user-id RabbitMQ validated) is recorded.
+func TestLongCorrelationIDIsPoisonAndTheNextIsOnTime(t *testing.T) {
+	s := newStack(t)
+	orders := s.queue(s.prefix+".orders", nil)
+	s.run("all")
+	dlq := s.consume(s.dlq, nil)
+	arrivals := s.consume(orders, nil)
+
+	bad, err := json.Marshal(message.RetryMessage{MessageID: "long-corr", OriginalQueue: orders, OriginalPayload: []byte("bad"),
+		ErrorReason: "x", CorrelationID: strings.Repeat("c", 300)})
+	require.NoError(t, err)
+	good, err := json.Marshal(message.RetryMessage{MessageID: "next", OriginalQueue: orders, OriginalPayload: []byte("good"), ErrorReason: "x"})
+	require.NoError(t, err)
+	s.publishRaw(s.ingress, amqp.Publishing{ContentType: "application/json", MessageId: "long-corr", Body: bad})
+	sent := time.Now()
+	s.publishRaw(s.ingress, amqp.Publishing{ContentType: "application/json", MessageId: "next", UserId: "guest", Body: good})
+
+	// The stack's policy retries after 300 ms; "on time" leaves room for a loaded machine.
+	d := arrivals.next(t, 15*time.Second)
+	assert.Equal(t, "good", string(d.Body))
+	assert.Less(t, time.Since(sent), 5*time.Second, "republished on time")
+	assert.Empty(t, d.UserId, "the producer's user-id is never copied to the republish")
+
+	env := envelopeOf(t, dlq.next(t, 30*time.Second))
+	assert.Equal(t, "poison", env.DeadReason)
+	assert.Contains(t, env.DeadDetail, "correlation id is 300 bytes long, over AMQP's short-string limit of 255")
+	s.waitDead(env.WorkflowID)
+
+	id := message.WorkflowID(orders, "next")
+	st, err := s.state(id)
+	require.NoError(t, err)
+	assert.Equal(t, "guest", st.Message.Producer)
+	eventually(t, 30*time.Second, func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		resp, err := s.tc.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{
+			Namespace: s.temporal.Namespace,
+			Query:     fmt.Sprintf("RetryProducer = 'guest' AND TaskQueue = '%s'", s.prefix),
+		})
+		if err != nil {
+			return err
+		}
+		for _, e := range resp.Executions {
+			if e.Execution.WorkflowId == id {
+				return nil
+			}
+		}
+		return fmt.Errorf("%s not listed by RetryProducer yet", id)
+	})
+
+	arrivals.caughtUp(t)
+	assert.Len(t, arrivals.all(), 1, "the poison one was never published")
+}
+
+// With a destinations block, a report for a queue outside it, or from a producer outside its
+// binding, is poison; what the block allows is republished.
+func TestDestinationsOutsideTheBlockArePoison(t *testing.T) {
+	s := newStack(t)
+	orders := s.queue(s.prefix+".orders", nil)
+	audit := s.queue(s.prefix+".audit", nil)
+	file := policyFile + fmt.Sprintf(`
+destinations:
+  queues: [%q, %q]
+  producers:
+    - user: guest
+      queues: [%q]
+`, s.prefix+".orders*", s.prefix+".billing*", s.prefix+".billing*")
+	require.NoError(t, os.WriteFile(s.cfg.PolicyFile, []byte(file), 0o600))
+	s.run("all")
+	dlq := s.consume(s.dlq, nil)
+	atOrders := s.consume(orders, nil)
+	atAudit := s.consume(audit, nil)
+
+	report := func(id, queue, user string) {
+		body, err := json.Marshal(message.RetryMessage{MessageID: id, OriginalQueue: queue, OriginalPayload: []byte(id), ErrorReason: "x"})
+		require.NoError(t, err)
+		s.publishRaw(s.ingress, amqp.Publishing{ContentType: "application/json", MessageId: id, UserId: user, Body: body})
+	}
+	report("outside", audit, "")
+	report("unbound", orders, "guest")
+	report("allowed", orders, "")
+
+	assert.Equal(t, "allowed", string(atOrders.next(t, 15*time.Second).Body))
+	details := map[string]string{}
+	for range 2 {
+		env := envelopeOf(t, dlq.next(t, 30*time.Second))
+		details[env.MessageID] = env.DeadDetail
+		assert.Equal(t, "poison", env.DeadReason)
+	}
+	assert.Contains(t, details["outside"], fmt.Sprintf("destination not allowed: queue %q matches no pattern in destinations.queues", audit))
+	assert.Contains(t, details["unbound"], fmt.Sprintf(`destination not allowed: producer "guest" may not use queue %q`, orders))
+
+	atOrders.caughtUp(t)
+	atAudit.caughtUp(t)
+	assert.Len(t, atOrders.all(), 1, "only the allowed one")
+	assert.Empty(t, atAudit.all())
+}
