@@ -94,6 +94,10 @@ type Activities struct {
 	// this (DEAD_LETTER_RETENTION). Capped at deadletter.MaxExpiration. Defaults to 0: no
 	// expiration.
 	DeadLetterTTL time.Duration
+	// DeadLetterMaxBytes is the largest envelope published (DEAD_LETTER_MAX_BYTES); a larger
+	// one leaves its payload to a message of its own (deadletter.Split). Defaults to
+	// deadletter.DefaultMaxBytes.
+	DeadLetterMaxBytes int
 	// ServiceName is the AMQP app_id of the envelopes (SERVICE_NAME). Defaults to none.
 	ServiceName string
 	// Gate, Counter and Held connect republishes to their destinations' breakers; nil: no

@@ -7,6 +7,7 @@ import (
 
 	"retry-scheduler/broker"
 
+	"retry-scheduler/metrics/labels"
 	"retry-scheduler/metrics/promreg"
 )
 
@@ -27,6 +28,8 @@ type Metrics struct {
 	RetryLateness   prometheus.Histogram   // retry_lateness_seconds
 	// DeadLetterPublishFailures is broker.DeadLetterPublishFailures, shared with the bridge.
 	DeadLetterPublishFailures *prometheus.CounterVec // dead_letter_publish_failures_total{queue}
+	// queues bounds the distinct queue labels (shared by the process's registry); nil: none.
+	queues *labels.QueueLimiter
 }
 
 // NewMetrics registers the metrics on reg (never the global registry, so tests and several
@@ -50,12 +53,16 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Buckets: []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300},
 		})),
 		DeadLetterPublishFailures: broker.DeadLetterPublishFailures(reg),
+		queues:                    labels.Queues(reg),
 	}
 }
 
 func (m *Metrics) retryExecuted(queue, status string) {
 	if m == nil {
 		return
+	}
+	if m.queues != nil {
+		queue = m.queues.Queue(queue)
 	}
 	m.RetriesExecuted.WithLabelValues(queue, status).Inc()
 }

@@ -72,8 +72,12 @@ func New(cfg Config, dial func() (*amqp.Connection, error), reporter Reporter, d
 	if metrics == nil {
 		metrics = NewMetrics(nil)
 	}
+	configured := cfg.Prefetch
+	cfg = cfg.withDefaults()
+	logger.Info("bridge prefetch", "prefetch", cfg.Prefetch, "configured_prefetch", configured,
+		"memory_budget_bytes", cfg.MemoryBudget, "max_message_bytes", cfg.Decode.MaxMessageBytes)
 	return &Bridge{
-		cfg:      cfg.withDefaults(),
+		cfg:      cfg,
 		dial:     dial,
 		reporter: reporter,
 		dlq:      dlq,

@@ -81,6 +81,13 @@ type Config struct {
 	// waits unacked, outside the handlers, so the wait costs no handler; with more than
 	// Prefetch − Workers waiting, a report is made at once instead.
 	Hold func(message.FailureReport) time.Duration
+	// DeadLetterMaxBytes is the largest dead-letter envelope the bridge publishes; a larger
+	// one leaves its payload to a message of its own (deadletter.Split). Defaults to
+	// deadletter.DefaultMaxBytes.
+	DeadLetterMaxBytes int
+	// MemoryBudget, when above 0, bounds the bytes of the deliveries the bridge holds: the
+	// effective prefetch is at most MemoryBudget / Decode.MaxMessageBytes (EffectivePrefetch).
+	MemoryBudget int64
 	// Breakers counts, for each accepted report of a retry (RetryCount >= 1) whose policy
 	// has a breaker, a failed republish towards its destination's breaker. Nil counts none.
 	Breakers BreakerCounter
@@ -128,5 +135,17 @@ func (c Config) withDefaults() Config {
 		c.Decode.Guard = defaultGuard(c.Decode.Resolver, c.Queue, c.DeadLetterQueue, c.Decode.DefaultDeadLetterQueue)
 	}
 	c.Decode = c.Decode.withDefaults()
+	c.Prefetch = EffectivePrefetch(c.Prefetch, c.MemoryBudget, c.Decode.MaxMessageBytes)
 	return c
+}
+
+// EffectivePrefetch is the prefetch that keeps what the bridge holds within budget bytes:
+// prefetch, or fewer when prefetch deliveries of the largest accepted size would not fit
+// (RabbitMQ ignores a prefetch in bytes, so the bound is a count), never below 1. A budget of
+// 0 or less bounds nothing.
+func EffectivePrefetch(prefetch int, budget int64, maxMessageBytes int) int {
+	if budget <= 0 || maxMessageBytes <= 0 {
+		return prefetch
+	}
+	return int(max(1, min(int64(prefetch), budget/int64(maxMessageBytes))))
 }

@@ -126,7 +126,7 @@ func TestShortStringPoisonIsParkable(t *testing.T) {
 	assert.Equal(t, body, back.OriginalMessage.Payload, "the envelope keeps the raw bytes")
 	assert.Contains(t, back.DeadDetail, "correlation id is 300 bytes long")
 
-	park := parkReport(env, pe, "retry.scheduled", "manual-review.pending", testOptions())
+	park := parkReport(env, pe, "retry.scheduled", "manual-review.pending", testOptions(), nil, "")
 	assert.Nil(t, checkShortStrings(park.Message), "the parked item's retry can be republished")
 	assert.Equal(t, "retry.scheduled", park.Message.OriginalRoutingKey)
 }

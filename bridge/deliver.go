@@ -14,6 +14,7 @@ import (
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
 
+	"retry-scheduler/deadletter"
 	"retry-scheduler/message"
 	"retry-scheduler/tracing"
 )
@@ -121,7 +122,7 @@ func (s *session) deliver(spanCtx context.Context, span trace.Span, e *entry) re
 	}
 	r := s.conclude(d, true, OutcomeAccepted, nil)
 	if r.outcome == OutcomeAccepted {
-		b.metrics.scheduled.WithLabelValues(rep.Message.OriginalQueue).Inc()
+		b.metrics.reportAccepted(rep.Message.OriginalQueue)
 		b.countBreakerFailure(rep)
 		log.Info("failure report accepted", "outcome", r.outcome, "source", rep.Source)
 	} else {
@@ -248,16 +249,24 @@ func (s *session) deadLetter(e *entry, pe *PoisonError) result {
 		"workflow_id", env.WorkflowID), env.CorrelationID)
 	if !e.deadLettered {
 		ctx, cancel := context.WithTimeout(s.ctx, b.cfg.ReportTimeout)
-		err := b.publishEnvelope(ctx, env)
+		ref, err := b.publishEnvelope(ctx, env)
 		cancel()
-		if err != nil {
+		e.payloadRef = ref
+		switch {
+		case err == nil:
+		case deadletter.IsRefused(err):
+			// Publishing it again would be refused again: park it with the reason, and go on.
+			b.metrics.deadLetterPublishFailed(b.cfg.DeadLetterQueue)
+			log.Error("dead-letter envelope refused for good; the parked workflow records the delivery", "error", err)
+			e.envelopeErr = err.Error()
+		default:
 			b.metrics.deadLetterPublishFailed(b.cfg.DeadLetterQueue)
 			log.Error("dead-letter publish failed; holding the delivery", "outcome", OutcomeHeld, "error", err)
 			return s.hold(e, fmt.Errorf("dead-letter %s message to %s: %w", pe.Kind, b.cfg.DeadLetterQueue, err))
 		}
 		e.deadLettered = true
 	}
-	rep := parkReport(env, pe, b.cfg.Queue, b.cfg.DeadLetterQueue, b.cfg.Decode)
+	rep := parkReport(env, pe, b.cfg.Queue, b.cfg.DeadLetterQueue, b.cfg.Decode, e.payloadRef, e.envelopeErr)
 	if held, err := s.park(e, rep, log); held {
 		log.Warn("parked workflow not started; holding the dead-lettered delivery unacked until Temporal answers", "outcome", OutcomeHeld, "error", err)
 		return s.hold(e, fmt.Errorf("park %s message: %w", pe.Kind, err))

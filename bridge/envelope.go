@@ -80,8 +80,10 @@ func poisonEnvelope(d amqp.Delivery, pe *PoisonError, opts DecodeOptions, now ti
 }
 
 // publishEnvelope publishes the envelope of a poison or oversize delivery to the dead-letter
-// queue with a confirm. It never expires: if its parked workflow is refused, the envelope
-// alone stands for the delivery.
-func (b *Bridge) publishEnvelope(ctx context.Context, env message.Envelope) error {
-	return deadletter.Publish(ctx, b.dlq, b.cfg.DeadLetterQueue, env, deadletter.Options{AppID: b.cfg.ServiceName})
+// queue with a confirm, its payload as a message of its own when the envelope would be over
+// DeadLetterMaxBytes (the returned reference says where). It never expires: if its parked
+// workflow is refused, the envelope alone stands for the delivery.
+func (b *Bridge) publishEnvelope(ctx context.Context, env message.Envelope) (*message.PayloadRef, error) {
+	return deadletter.PublishSplit(ctx, b.dlq, b.cfg.DeadLetterQueue, env,
+		deadletter.Options{AppID: b.cfg.ServiceName, MaxBytes: b.cfg.DeadLetterMaxBytes})
 }

@@ -19,9 +19,15 @@ type entry struct {
 	d amqp.Delivery
 	// strikes counts reports that failed while Temporal answered the Probe.
 	strikes int
-	// deadLettered is set once its poison envelope is confirmed on the dead-letter queue, so
-	// that a delivery held while its parked workflow could not be started is not published twice.
+	// deadLettered is set once its poison envelope is confirmed on the dead-letter queue (or
+	// refused for good, envelopeErr), so that a delivery held while its parked workflow could
+	// not be started is not published twice.
 	deadLettered bool
+	// payloadRef is where its payload went when the envelope could not carry it.
+	payloadRef *message.PayloadRef
+	// envelopeErr is why the broker refused its envelope for good; the parked workflow then
+	// is the delivery's record.
+	envelopeErr string
 	// rep is the decoded report of a delivery that waits out its first delay (Config.Hold),
 	// reported at due; nil until then.
 	rep *message.FailureReport

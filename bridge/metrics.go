@@ -7,6 +7,7 @@ import (
 
 	"retry-scheduler/broker"
 
+	"retry-scheduler/metrics/labels"
 	"retry-scheduler/metrics/promreg"
 )
 
@@ -37,6 +38,8 @@ type Metrics struct {
 	// consuming mirrors Bridge.Ready: what an alert on a stalled ingress needs when the
 	// broker's own metrics are not scraped.
 	consuming prometheus.Gauge
+	// queues bounds the distinct queue labels (shared by the process's registry).
+	queues *labels.QueueLimiter
 }
 
 // NewMetrics creates the collectors and registers them on reg (none when reg is nil). A
@@ -47,8 +50,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "bridge_deliveries_total",
 			Help: "Deliveries from the ingress queue by outcome: accepted, poison, oversize, held, requeued, dropped_stale.",
 		}, []string{"outcome"}),
-		// Labelled by original queue: queue names are operator-controlled, so the cardinality
-		// is bounded by the topology, not by traffic.
+		// Labelled by original queue, which a report names: the queue limiter bounds the
+		// distinct values.
 		// Not retries_scheduled_total: an accepted report may be a redelivery or the failure
 		// that ends in dead; RetryWorkflow counts the retries it actually schedules.
 		scheduled: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -61,6 +64,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}),
 	}
 	m.dlqFailures = broker.DeadLetterPublishFailures(reg)
+	m.queues = labels.Queues(reg)
 	if reg != nil {
 		m.deliveries = promreg.Register(reg, m.deliveries)
 		m.scheduled = promreg.Register(reg, m.scheduled)
@@ -74,6 +78,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 
 func (m *Metrics) deadLetterPublishFailed(queue string) {
 	m.dlqFailures.WithLabelValues(queue).Inc()
+}
+
+// reportAccepted counts an accepted failure report of queue.
+func (m *Metrics) reportAccepted(queue string) {
+	m.scheduled.WithLabelValues(m.queues.Queue(queue)).Inc()
 }
 
 func (m *Metrics) outcome(o string) {

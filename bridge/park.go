@@ -32,7 +32,9 @@ func parkQueue(pe *PoisonError, ingress string) string {
 // RetryWorkflow, from its envelope env: the raw bytes (at most message.MaxPoisonPayloadBytes),
 // the decode error, and a destination that sends an operator's retry back to the ingress
 // queue, where the bridge decodes the bytes again.
-func parkReport(env message.Envelope, pe *PoisonError, ingress, deadLetterQueue string, opts DecodeOptions) message.FailureReport {
+// A payload that left the envelope (ref) and an envelope the broker refused (envelopeErr) are
+// recorded on the parked message, so that it says where the full bytes are.
+func parkReport(env message.Envelope, pe *PoisonError, ingress, deadLetterQueue string, opts DecodeOptions, ref *message.PayloadRef, envelopeErr string) message.FailureReport {
 	m := env.OriginalMessage
 	m.OriginalQueue = parkQueue(pe, ingress)
 	m.OriginalExchange, m.OriginalRoutingKey = "", ingress
@@ -42,6 +44,10 @@ func parkReport(env message.Envelope, pe *PoisonError, ingress, deadLetterQueue 
 		Size:         len(m.Payload),
 		IngressQueue: ingress,
 		DLQID:        env.DLQID,
+		PayloadRef:   ref,
+	}
+	if envelopeErr != "" {
+		p.EnvelopeError = message.Truncate(envelopeErr, maxParkedReasonBytes)
 	}
 	m.Payload, p.Truncated = message.PoisonPayload(m.Payload)
 	if m.Headers != nil && tableSize(m.Headers) > maxParkedHeaderBytes {

@@ -25,6 +25,8 @@ import (
 	"retry-scheduler/bridge"
 	"retry-scheduler/broker"
 	"retry-scheduler/buildinfo"
+	"retry-scheduler/deadletter"
+	"retry-scheduler/metrics/labels"
 	"retry-scheduler/policy"
 	"retry-scheduler/worker"
 	"retry-scheduler/workflows"
@@ -107,6 +109,20 @@ type Config struct {
 	// Prefetch is the bridge's AMQP prefetch count (1-65535). Env BRIDGE_PREFETCH, flag
 	// -bridge-prefetch (or -prefetch). Defaults to bridge.DefaultPrefetch.
 	Prefetch int
+	// BridgeMemoryBudget bounds the bytes of the deliveries the bridge holds: the prefetch
+	// used is min(Prefetch, BridgeMemoryBudget / MaxMessageBytes), since RabbitMQ counts
+	// prefetch in messages only. Env BRIDGE_MEMORY_BUDGET, flag -bridge-memory-budget.
+	// Defaults to DefaultBridgeMemoryBudget (half the bridge pod's memory limit).
+	BridgeMemoryBudget int
+	// DeadLetterMaxBytes is the largest dead-letter envelope published: a larger one leaves
+	// its payload to a message of its own on the same queue (deadletter.Split). Keep it under
+	// the broker's max_message_size. Env DEAD_LETTER_MAX_BYTES, flag -dead-letter-max-bytes.
+	// Defaults to deadletter.DefaultMaxBytes (under RabbitMQ 4's 16 MiB).
+	DeadLetterMaxBytes int
+	// MetricsMaxQueues is the ceiling of distinct queue label values the process exports;
+	// later queues are labelled labels.Overflow. Env METRICS_MAX_QUEUES, flag
+	// -metrics-max-queues. Defaults to labels.DefaultMaxQueues.
+	MetricsMaxQueues int
 	// WorkflowPollers is how many workflow-task pollers the worker runs. Env WORKFLOW_POLLERS,
 	// flag -workflow-pollers. Defaults to worker.DefaultWorkflowPollers.
 	WorkflowPollers int
@@ -276,6 +292,10 @@ const (
 	DefaultLogLevel        = "info"
 	DefaultMetricsInterval = 15 * time.Second
 	DefaultReplayRate      = 20
+	// DefaultBridgeMemoryBudget is half the bridge pod's memory limit (256 Mi), the rest left
+	// to decoded copies, the runtime and the collector: 256 deliveries of the default
+	// MAX_MESSAGE_BYTES.
+	DefaultBridgeMemoryBudget = 128 << 20
 )
 
 // DefaultServiceVersion is this build's version (buildinfo.Info.Version: the stamped one, else
@@ -289,39 +309,42 @@ func Default() Config {
 	// policy, so their defaults are that policy's.
 	def := policy.Builtins()[policy.DefaultName]
 	return Config{
-		Mode:              ModeAll,
-		RabbitMQURL:       broker.DefaultURL,
-		RetryQueue:        bridge.DefaultQueue,
-		ManualReviewQueue: bridge.DefaultDeadLetterQueue,
-		DefaultMaxRetries: def.MaxRetries,
-		BaseDelay:         def.Backoff.Initial,
-		MaxDelay:          def.Backoff.Max,
-		HTTPPort:          DefaultHTTPPort,
-		TemporalAddress:   DefaultTemporalAddress,
-		Namespace:         client.DefaultNamespace,
-		TaskQueue:         workflows.DefaultTaskQueue,
-		MaxMessageBytes:   bridge.DefaultMaxMessageBytes,
-		Prefetch:          bridge.DefaultPrefetch,
-		BridgeWorkers:     bridge.DefaultWorkers,
-		WorkflowPollers:   worker.DefaultWorkflowPollers,
-		PublishTimeout:    broker.DefaultPublishTimeout,
-		WorkerStopTimeout: worker.DefaultStopTimeout,
-		StartDelayMax:     DefaultStartDelayMax,
-		BridgeHoldMax:     DefaultBridgeHoldMax,
-		Retention:         workflows.DefaultRetention,
-		ServiceName:       DefaultServiceName,
-		ServiceVersion:    DefaultServiceVersion,
-		LogLevel:          DefaultLogLevel,
-		MetricsInterval:   DefaultMetricsInterval,
-		DepthPoller:       On,
-		QueueType:         broker.QueueTypeClassic,
-		Breakers:          BreakersOn,
-		BreakerRefresh:    breaker.DefaultRefresh,
-		BreakerFlush:      breaker.DefaultFlush,
-		APIAuth:           APIAuthTokens,
-		ReplayRate:        DefaultReplayRate,
-		TemporalTLS:       TLSAuto,
-		CodecCORSOrigins:  DefaultCodecOrigins,
+		Mode:               ModeAll,
+		RabbitMQURL:        broker.DefaultURL,
+		RetryQueue:         bridge.DefaultQueue,
+		ManualReviewQueue:  bridge.DefaultDeadLetterQueue,
+		DefaultMaxRetries:  def.MaxRetries,
+		BaseDelay:          def.Backoff.Initial,
+		MaxDelay:           def.Backoff.Max,
+		HTTPPort:           DefaultHTTPPort,
+		TemporalAddress:    DefaultTemporalAddress,
+		Namespace:          client.DefaultNamespace,
+		TaskQueue:          workflows.DefaultTaskQueue,
+		MaxMessageBytes:    bridge.DefaultMaxMessageBytes,
+		Prefetch:           bridge.DefaultPrefetch,
+		BridgeMemoryBudget: DefaultBridgeMemoryBudget,
+		DeadLetterMaxBytes: deadletter.DefaultMaxBytes,
+		MetricsMaxQueues:   labels.DefaultMaxQueues,
+		BridgeWorkers:      bridge.DefaultWorkers,
+		WorkflowPollers:    worker.DefaultWorkflowPollers,
+		PublishTimeout:     broker.DefaultPublishTimeout,
+		WorkerStopTimeout:  worker.DefaultStopTimeout,
+		StartDelayMax:      DefaultStartDelayMax,
+		BridgeHoldMax:      DefaultBridgeHoldMax,
+		Retention:          workflows.DefaultRetention,
+		ServiceName:        DefaultServiceName,
+		ServiceVersion:     DefaultServiceVersion,
+		LogLevel:           DefaultLogLevel,
+		MetricsInterval:    DefaultMetricsInterval,
+		DepthPoller:        On,
+		QueueType:          broker.QueueTypeClassic,
+		Breakers:           BreakersOn,
+		BreakerRefresh:     breaker.DefaultRefresh,
+		BreakerFlush:       breaker.DefaultFlush,
+		APIAuth:            APIAuthTokens,
+		ReplayRate:         DefaultReplayRate,
+		TemporalTLS:        TLSAuto,
+		CodecCORSOrigins:   DefaultCodecOrigins,
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"retry-scheduler/broker"
+	"retry-scheduler/metrics/labels"
 )
 
 // A setting is one configuration value: its environment variable, what it means, and its
@@ -93,7 +94,10 @@ func (c *Config) settings() []setting {
 		{"TEMPORAL_TASK_QUEUE", "Temporal task queue", (*text)(&c.TaskQueue)},
 		{"POLICY_FILE", "policy/route file (default: built-in catalogue only)", (*text)(&c.PolicyFile)},
 		{"MAX_MESSAGE_BYTES", "largest payload carried; larger ones are dead-lettered", (*integer)(&c.MaxMessageBytes)},
-		{"BRIDGE_PREFETCH", "bridge AMQP prefetch count", (*integer)(&c.Prefetch)},
+		{"BRIDGE_PREFETCH", "bridge AMQP prefetch count (at most BRIDGE_MEMORY_BUDGET / MAX_MESSAGE_BYTES is used)", (*integer)(&c.Prefetch)},
+		{"BRIDGE_MEMORY_BUDGET", "bytes of deliveries the bridge may hold; the prefetch used is min(BRIDGE_PREFETCH, this / MAX_MESSAGE_BYTES)", (*integer)(&c.BridgeMemoryBudget)},
+		{"DEAD_LETTER_MAX_BYTES", "largest dead-letter envelope published; beyond it the payload goes as a message of its own (keep it under the broker's max_message_size)", (*integer)(&c.DeadLetterMaxBytes)},
+		{"METRICS_MAX_QUEUES", "ceiling of distinct queue label values per process; later queues are labelled " + labels.Overflow, (*integer)(&c.MetricsMaxQueues)},
 		{"WORKFLOW_POLLERS", "workflow-task pollers of the worker", (*integer)(&c.WorkflowPollers)},
 		{"BRIDGE_WORKERS", "deliveries the bridge handles at once", (*integer)(&c.BridgeWorkers)},
 		{"PUBLISH_TIMEOUT", "deadline of one publish and its confirm", (*duration)(&c.PublishTimeout)},

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"retry-scheduler/broker"
+	"retry-scheduler/deadletter"
 )
 
 // Validate checks every setting and reports all problems, each naming the setting's
@@ -77,6 +78,15 @@ func (c Config) Validate() error {
 	}
 	if c.Prefetch < 1 || c.Prefetch > 65535 {
 		bad("BRIDGE_PREFETCH (%d) must be between 1 and 65535", c.Prefetch)
+	}
+	if c.BridgeMemoryBudget < c.MaxMessageBytes {
+		bad("BRIDGE_MEMORY_BUDGET (%d) must be at least MAX_MESSAGE_BYTES (%d): one delivery of the largest size", c.BridgeMemoryBudget, c.MaxMessageBytes)
+	}
+	if c.DeadLetterMaxBytes < deadletter.MinMaxBytes {
+		bad("DEAD_LETTER_MAX_BYTES (%d) must be at least %d: an envelope without its payload fits in that", c.DeadLetterMaxBytes, deadletter.MinMaxBytes)
+	}
+	if c.MetricsMaxQueues < 1 {
+		bad("METRICS_MAX_QUEUES (%d) must be 1 or more", c.MetricsMaxQueues)
 	}
 	if c.WorkflowPollers < 2 {
 		bad("WORKFLOW_POLLERS (%d) must be 2 or more (the sticky and the normal queue)", c.WorkflowPollers)

@@ -44,23 +44,43 @@ type Options struct {
 	TTL time.Duration
 	// Now stamps an envelope without RoutedToDlqAt; nil is time.Now.
 	Now func() time.Time
+	// MaxBytes is the largest envelope body published (see Split); zero or less:
+	// DefaultMaxBytes.
+	MaxBytes int
 }
 
 // Publish publishes env, persistent and mandatory, to queue on the default exchange, and
-// waits for the broker's confirm. Errors wrap the publisher's (errors.Is finds
+// waits for the broker's confirm; an envelope over o.MaxBytes leaves its payload to a message
+// of its own (PublishSplit). Errors wrap the publisher's (errors.Is finds
 // broker.ErrUnroutable) or ErrUnpublishable.
 func Publish(ctx context.Context, p Publisher, queue string, env message.Envelope, o Options) error {
+	_, err := PublishSplit(ctx, p, queue, env, o)
+	return err
+}
+
+// PublishSplit is Publish, and says where the payload went when it left the envelope: the
+// PayloadRef of a payload message the broker confirmed (set even when the envelope after it
+// failed), nil when the payload stayed inline or was not published.
+func PublishSplit(ctx context.Context, p Publisher, queue string, env message.Envelope, o Options) (*message.PayloadRef, error) {
 	if queue == "" {
-		return fmt.Errorf("dead-letter message %q: no dead-letter queue given: %w", env.MessageID, ErrUnpublishable)
+		return nil, fmt.Errorf("dead-letter message %q: no dead-letter queue given: %w", env.MessageID, ErrUnpublishable)
 	}
-	pub, err := Publishing(env, o)
+	parts, err := Split(env, queue, o)
 	if err != nil {
-		return fmt.Errorf("dead-letter message %q: %w", env.MessageID, err)
+		return nil, fmt.Errorf("dead-letter message %q: %w", env.MessageID, err)
 	}
-	if err := p.Publish(ctx, "", queue, true, pub); err != nil {
-		return fmt.Errorf("dead-letter message %q to %q: %w", env.MessageID, queue, err)
+	var ref *message.PayloadRef
+	if parts.Payload != nil {
+		// The payload first: an envelope on the queue never points at a payload that is not.
+		if err := p.Publish(ctx, "", queue, true, *parts.Payload); err != nil {
+			return nil, fmt.Errorf("dead-letter payload of message %q to %q: %w", env.MessageID, queue, err)
+		}
+		ref = parts.Ref
 	}
-	return nil
+	if err := p.Publish(ctx, "", queue, true, parts.Envelope); err != nil {
+		return ref, fmt.Errorf("dead-letter message %q to %q: %w", env.MessageID, queue, err)
+	}
+	return ref, nil
 }
 
 // Publishing is the AMQP message carrying env: its JSON body (with the last attempt's error

@@ -50,8 +50,24 @@ type Envelope struct {
 	WorkflowID string `json:"workflowId,omitempty"`
 	RunID      string `json:"runId,omitempty"`
 	// OriginalMessage is the message as it was received; for poison input, the raw delivery.
-	OriginalMessage Message  `json:"originalMessage"`
-	Metadata        Metadata `json:"metadata"`
+	// Its payload is null when PayloadRef is set.
+	OriginalMessage Message `json:"originalMessage"`
+	// PayloadRef, when set, says the payload was too large to carry inside the envelope and
+	// travels as a message of its own (see PayloadRef).
+	PayloadRef *PayloadRef `json:"payloadRef,omitempty"`
+	Metadata   Metadata    `json:"metadata"`
+}
+
+// PayloadRef stands for a payload kept outside its dead-letter envelope, which would
+// otherwise exceed the size a broker accepts: the raw bytes are a message of their own on
+// Queue, with message id MessageID and the envelope's dlqId in its x-dlq-id header.
+type PayloadRef struct {
+	// Size is the payload's length in bytes and SHA256 its digest, hex-encoded.
+	Size   int    `json:"size"`
+	SHA256 string `json:"sha256"`
+	// Queue and MessageID are where to fetch the payload message.
+	Queue     string `json:"queue"`
+	MessageID string `json:"messageId"`
 }
 
 // Metadata is the envelope's service metadata block: who reported the failures, and when the

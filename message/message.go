@@ -123,6 +123,12 @@ type Poison struct {
 	IngressQueue string `json:"ingress_queue"`
 	// DLQID is the dlqId of the envelope the bridge published.
 	DLQID string `json:"dlq_id,omitempty"`
+	// PayloadRef says where the full payload is when the envelope was too large to carry it:
+	// a message of its own on the dead-letter queue.
+	PayloadRef *PayloadRef `json:"payload_ref,omitempty"`
+	// EnvelopeError says why the broker refused the envelope for good, when it did: then
+	// this parked message is the delivery's only record (with PayloadRef, if that went).
+	EnvelopeError string `json:"envelope_error,omitempty"`
 }
 
 // PoisonPayload is body cut to at most MaxPoisonPayloadBytes, and whether it was cut.

@@ -14,6 +14,7 @@ import (
 	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/temporal"
 
+	"retry-scheduler/metrics/labels"
 	"retry-scheduler/metrics/promreg"
 	"retry-scheduler/visibility"
 	"retry-scheduler/workflows"
@@ -91,6 +92,9 @@ type DepthPoller struct {
 	oldest time.Time
 	// heldBy is the held count of each destination with a breaker at the last poll.
 	heldBy map[string]int64
+	// queues bounds the destinations exported: a gauge cannot share a series among queues, so
+	// one past the ceiling is left out.
+	queues *labels.QueueLimiter
 }
 
 // NewDepthPoller registers the gauges on reg and returns the poller; Run it.
@@ -129,6 +133,7 @@ func NewDepthPoller(cfg DepthConfig, reg prometheus.Registerer) *DepthPoller {
 			Help: "Retries held by their destination's circuit breaker (RetryStatus held), by destination, from visibility counts.",
 		}, []string{"queue"})),
 		heldBy: map[string]int64{},
+		queues: labels.Queues(reg),
 	}
 }
 
@@ -208,7 +213,7 @@ func (p *DepthPoller) pollBreakers(ctx context.Context) []error {
 	var errs []error
 	seen := make(map[string]bool, len(rows))
 	for _, r := range rows {
-		if r.queue == "" || !slices.Contains(breakerModes, r.mode) || seen[r.queue] {
+		if r.queue == "" || !slices.Contains(breakerModes, r.mode) || seen[r.queue] || !p.queues.Admitted(r.queue) {
 			continue
 		}
 		seen[r.queue] = true

@@ -18,6 +18,7 @@ import (
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/converter"
 
+	"retry-scheduler/metrics/labels"
 	"retry-scheduler/visibility"
 	"retry-scheduler/workflows"
 )
@@ -158,7 +159,7 @@ func TestPollSetsGauges(t *testing.T) {
 		names = append(names, n)
 	}
 	assert.ElementsMatch(t, []string{"retry_queue_depth", "retry_due", "dead_letter_depth", "dead_letter_oldest_age_seconds",
-		"depth_poll_last_success_timestamp_seconds", "depth_poll_errors_total"}, names)
+		"depth_poll_last_success_timestamp_seconds", "depth_poll_errors_total", labels.OverflowMetric}, names)
 }
 
 func TestPollWithNoDeadLetters(t *testing.T) {

@@ -8,6 +8,7 @@ import (
 
 	"retry-scheduler/workflows"
 
+	"retry-scheduler/metrics/labels"
 	"retry-scheduler/metrics/promreg"
 )
 
@@ -45,6 +46,8 @@ type workflowHandler struct {
 	counters map[string]labelledCounter
 	// labels are the values of the label tags set so far (absent: "").
 	labels map[string]string
+	// queues bounds the values of the queue tag, for these counters and the SDK's scope alike.
+	queues *labels.QueueLimiter
 }
 
 // labelledCounter is a workflow counter and the tags that label it, in order.
@@ -54,7 +57,7 @@ type labelledCounter struct {
 }
 
 func newWorkflowHandler(sdk sdkmetrics.MetricsHandler, reg prometheus.Registerer) *workflowHandler {
-	h := &workflowHandler{sdk: sdk, counters: map[string]labelledCounter{}}
+	h := &workflowHandler{sdk: sdk, counters: map[string]labelledCounter{}, queues: labels.Queues(reg)}
 	for _, c := range workflowCounters {
 		h.counters[c.name] = labelledCounter{
 			vec:    promreg.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{Name: c.name, Help: c.help}, c.labels)),
@@ -67,6 +70,12 @@ func newWorkflowHandler(sdk sdkmetrics.MetricsHandler, reg prometheus.Registerer
 // WithTags implements client.MetricsHandler.
 func (h *workflowHandler) WithTags(tags map[string]string) sdkmetrics.MetricsHandler {
 	c := *h
+	if q, ok := tags[labelQueue]; ok {
+		if bounded := h.queues.Queue(q); bounded != q {
+			tags = maps.Clone(tags)
+			tags[labelQueue] = bounded
+		}
+	}
 	c.sdk = h.sdk.WithTags(tags)
 	var labels map[string]string // a copy: handlers derived from h keep their own
 	for _, k := range labelTags {

@@ -36,6 +36,10 @@ type Breaker struct {
 	ProbeWindow time.Duration `json:"probe_window,omitempty"`
 	// ReleaseRate is how many held retries per second are released on close or resume.
 	ReleaseRate int `json:"release_rate,omitempty"`
+	// IdleEnd is how long a breaker stays closed with nothing reported before it ends; the
+	// next report for its destination starts it again, closed. It bounds the breakers (and
+	// their series) to the destinations in use.
+	IdleEnd time.Duration `json:"idle_end,omitempty"`
 }
 
 // Breaker defaults: a destination whose retries fail at least half the time, over at least
@@ -50,6 +54,7 @@ const (
 	DefaultBreakerProbes         = 3
 	DefaultBreakerProbeWindow    = 10 * time.Second
 	DefaultBreakerReleaseRate    = 20
+	DefaultBreakerIdleEnd        = time.Hour
 )
 
 // WithDefaults is b with every unset (zero) setting at its default.
@@ -63,6 +68,7 @@ func (b Breaker) WithDefaults() Breaker {
 	set(&b.Cooldown, DefaultBreakerCooldown)
 	set(&b.CooldownMax, DefaultBreakerCooldownMax)
 	set(&b.ProbeWindow, DefaultBreakerProbeWindow)
+	set(&b.IdleEnd, DefaultBreakerIdleEnd)
 	if b.MinRepublishes == 0 {
 		b.MinRepublishes = DefaultBreakerMinRepublishes
 	}
@@ -81,7 +87,7 @@ func (b Breaker) WithDefaults() Breaker {
 // Validate refuses settings that cannot work.
 func (b Breaker) Validate() error {
 	switch {
-	case b.Window < 0, b.Cooldown < 0, b.CooldownMax < 0, b.ProbeWindow < 0:
+	case b.Window < 0, b.Cooldown < 0, b.CooldownMax < 0, b.ProbeWindow < 0, b.IdleEnd < 0:
 		return fmt.Errorf("breaker: durations must not be negative")
 	case b.MinRepublishes < 0, b.Probes < 0, b.ReleaseRate < 0:
 		return fmt.Errorf("breaker: counts must not be negative")

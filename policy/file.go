@@ -51,6 +51,7 @@ type fileBreaker struct {
 	Probes         int      `yaml:"probes"`
 	ProbeWindow    duration `yaml:"probe_window"`
 	ReleaseRate    int      `yaml:"release_rate"`
+	IdleEnd        duration `yaml:"idle_end"`
 }
 
 // breaker is the block as a Breaker: unset keys stay zero, so that the policy carries what
@@ -66,6 +67,7 @@ func (fb fileBreaker) breaker() Breaker {
 		Probes:         fb.Probes,
 		ProbeWindow:    time.Duration(fb.ProbeWindow),
 		ReleaseRate:    fb.ReleaseRate,
+		IdleEnd:        time.Duration(fb.IdleEnd),
 	}
 }
 

@@ -29,7 +29,7 @@ func TestParseExampleFile(t *testing.T) {
 		DeadLetterQueue:   "billing.dead",
 		Breaker: Breaker{
 			Window: time.Minute, MinRepublishes: 20, FailureRatio: 0.8, Cooldown: 30 * time.Second,
-			CooldownMax: 10 * time.Minute, Probes: 5, ProbeWindow: 20 * time.Second, ReleaseRate: 50,
+			CooldownMax: 10 * time.Minute, Probes: 5, ProbeWindow: 20 * time.Second, ReleaseRate: 50, IdleEnd: time.Hour,
 		},
 	}, c.Policies["billing"])
 	assert.Equal(t, Policy{

@@ -27,6 +27,7 @@ import (
 	"retry-scheduler/broker"
 	"retry-scheduler/config"
 	"retry-scheduler/metrics"
+	"retry-scheduler/metrics/labels"
 	"retry-scheduler/ops"
 	"retry-scheduler/policy"
 	"retry-scheduler/reporter"
@@ -80,6 +81,8 @@ func Run(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 		}
 	}()
 	reg := metrics.NewRegistry()
+	// One ceiling of queue label values for every component registering on reg.
+	labels.Queues(reg).SetMax(cfg.MetricsMaxQueues)
 	handler, closer := metrics.TemporalHandler(reg, func(err error) { logger.Warn("register sdk metric", "error", err) })
 	defer closer.Close()
 
@@ -154,7 +157,7 @@ func Run(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 	if runWorker {
 		acts := &activities.Activities{Publisher: pub, History: history{client: tc, namespace: cfg.Namespace},
 			Logger: logger.With("component", "activities"), Metrics: activities.NewMetrics(reg),
-			DeadLetterTTL: cfg.Retention, ServiceName: cfg.ServiceName}
+			DeadLetterTTL: cfg.Retention, DeadLetterMaxBytes: cfg.DeadLetterMaxBytes, ServiceName: cfg.ServiceName}
 		if counter != nil {
 			acts.Gate, acts.Counter, acts.Held = startGate(ctx, g, cfg, tc, logger), counter, breaker.HeldLister{Client: tc, TaskQueue: cfg.TaskQueue}
 		}
@@ -185,17 +188,19 @@ func Run(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 		}
 		rep := &reporter.Reporter{Client: tc, TaskQueue: cfg.TaskQueue, Retention: cfg.Retention, Eager: runWorker, StartDelayMax: cfg.StartDelayMax, HoldMax: cfg.BridgeHoldMax}
 		b := bridge.New(bridge.Config{
-			Queue:           cfg.RetryQueue,
-			DeadLetterQueue: cfg.ManualReviewQueue,
-			Prefetch:        cfg.Prefetch,
-			Workers:         cfg.BridgeWorkers,
-			Probe:           reporter.Probe(tc),
-			IngressArgs:     broker.IngressArgs(bcfg, cfg.ManualReviewQueue),
-			DeadLetterArgs:  broker.QueueArgs(bcfg),
-			ServiceName:     cfg.ServiceName,
-			ServiceVersion:  cfg.ServiceVersion,
-			Breakers:        failures,
-			Hold:            rep.HoldFor,
+			Queue:              cfg.RetryQueue,
+			DeadLetterQueue:    cfg.ManualReviewQueue,
+			Prefetch:           cfg.Prefetch,
+			MemoryBudget:       int64(cfg.BridgeMemoryBudget),
+			DeadLetterMaxBytes: cfg.DeadLetterMaxBytes,
+			Workers:            cfg.BridgeWorkers,
+			Probe:              reporter.Probe(tc),
+			IngressArgs:        broker.IngressArgs(bcfg, cfg.ManualReviewQueue),
+			DeadLetterArgs:     broker.QueueArgs(bcfg),
+			ServiceName:        cfg.ServiceName,
+			ServiceVersion:     cfg.ServiceVersion,
+			Breakers:           failures,
+			Hold:               rep.HoldFor,
 			Decode: bridge.DecodeOptions{
 				MaxMessageBytes:        cfg.MaxMessageBytes,
 				Resolver:               catalog,

@@ -94,9 +94,13 @@ func ActionRefusal(signal string, s *State) string {
 // parked oversize (or otherwise truncated) delivery holds only the first bytes of its body,
 // and a retry would publish other bytes than were received. ActionRefusal asks it.
 func RetryRefusal(s *State) string {
-	if s.Poison != nil && s.Poison.Truncated {
+	if p := s.Poison; p != nil && p.Truncated {
+		if ref := p.PayloadRef; ref != nil {
+			return fmt.Sprintf("is not allowed: only the first %d of the %d bytes are kept here; replay the envelope %s with its payload, message %s on the queue %s (sha256 %s)",
+				len(s.Message.Payload), p.Size, p.DLQID, ref.MessageID, ref.Queue, ref.SHA256)
+		}
 		return fmt.Sprintf("is not allowed: only the first %d of the %d bytes are kept here; replay the envelope %s from the dead-letter queue %s",
-			len(s.Message.Payload), s.Poison.Size, s.Poison.DLQID, s.DeadLetterQueue)
+			len(s.Message.Payload), p.Size, p.DLQID, s.DeadLetterQueue)
 	}
 	return ""
 }

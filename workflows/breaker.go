@@ -21,6 +21,10 @@ const breakerReleaseEvery = time.Second
 // ReleasedBy is the Release.By of the breaker's own releases.
 const ReleasedBy = "breaker"
 
+// changeIdleEnd gates the end of a breaker idle for Settings.IdleEnd: runs from before it
+// wait closed without a timer for as long as they run.
+const changeIdleEnd = "breaker-idle-end"
+
 var listHeldOptions = workflow.LocalActivityOptions{
 	StartToCloseTimeout: 10 * time.Second,
 	RetryPolicy:         &temporal.RetryPolicy{InitialInterval: time.Second, MaximumAttempts: 3},
@@ -32,21 +36,29 @@ var listHeldOptions = workflow.LocalActivityOptions{
 // retries (they list the breakers that hold by SABreakerState); after a cooldown it releases
 // a few held retries as probes (half-open), and their outcome closes or reopens it. On close
 // (and on an operator's resume) it releases the held retries, oldest first, at the release
-// rate. It runs until cancelled, continuing as new when its history grows long.
+// rate. It continues as new when its history grows long, and ends once it has been closed
+// with nothing reported for Settings.IdleEnd (the next report starts it again, closed).
 func BreakerWorkflow(ctx workflow.Context, in BreakerInput) error {
 	b := newBreakerRun(ctx, in)
 	if err := b.setup(); err != nil {
 		return err
 	}
 	b.upsert()
+	return b.run()
+}
+
+// run is the breaker's loop, until it is cancelled, continues as new or ends.
+func (b *breakerRun) run() error {
 	for {
-		if err := ctx.Err(); err != nil {
+		if err := b.ctx.Err(); err != nil {
 			return err
 		}
 		if b.longHistory() {
 			return b.continueAsNew()
 		}
-		b.step()
+		if b.step() {
+			return b.end()
+		}
 	}
 }
 
@@ -106,8 +118,9 @@ func (b *breakerRun) setup() error {
 	return nil
 }
 
-// step waits for what the current mode waits for and applies it.
-func (b *breakerRun) step() {
+// step waits for what the current mode waits for and applies it; ended says the breaker has
+// been idle long enough to end.
+func (b *breakerRun) step() (ended bool) {
 	now := workflow.Now(b.ctx)
 	switch b.st.Mode {
 	case BreakerOpen:
@@ -129,8 +142,7 @@ func (b *breakerRun) step() {
 		b.close(ReleasedBy, "no probe failed within "+b.st.Settings.ProbeWindow.String())
 	case BreakerClosed:
 		if !b.st.Releasing {
-			b.wait(time.Time{})
-			return
+			return b.waitIdle()
 		}
 		if now.Before(b.nextRelease) {
 			b.wait(b.nextRelease)
@@ -140,6 +152,49 @@ func (b *breakerRun) step() {
 	default: // paused
 		b.wait(time.Time{})
 	}
+	return false
+}
+
+// waitIdle waits, closed and releasing nothing, for an input or until the breaker has been
+// idle for Settings.IdleEnd, and says whether it has.
+func (b *breakerRun) waitIdle() (ended bool) {
+	if workflow.GetVersion(b.ctx, changeIdleEnd, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
+		b.wait(time.Time{})
+		return false
+	}
+	at := b.idleSince().Add(b.st.Settings.IdleEnd)
+	if workflow.Now(b.ctx).Before(at) {
+		b.wait(at)
+		return false
+	}
+	return true
+}
+
+// idleSince is when the breaker last changed state or was reported to.
+func (b *breakerRun) idleSince() time.Time {
+	if b.st.LastReport.After(b.st.Since) {
+		return b.st.LastReport
+	}
+	return b.st.Since
+}
+
+// end completes an idle breaker, unless an input is already waiting (a report, an operator's
+// action): that is applied instead and the breaker runs on. Once it has ended, the processes'
+// next report for the destination starts a new run (signal-with-start), closed.
+func (b *breakerRun) end() error {
+	before := b.idleSince()
+	b.takePending()
+	if err := workflow.Await(b.ctx, func() bool { return workflow.AllHandlersFinished(b.ctx) }); err != nil {
+		return err
+	}
+	if b.st.Mode != BreakerClosed || b.st.Releasing || !b.idleSince().Equal(before) {
+		return b.run()
+	}
+	if b.timer != nil {
+		b.timer.cancel()
+	}
+	workflow.GetLogger(b.ctx).Info("breaker ends: idle", "queue", b.st.Queue, "idle_since", before, "idle_end", b.st.Settings.IdleEnd)
+	return nil
 }
 
 // cooldown is the wait from open to half-open: Cooldown, doubled with each reopening since
@@ -206,6 +261,7 @@ func (b *breakerRun) addInputs(sel workflow.Selector) {
 // may open it), in half-open the probes' judgement (a failure reopens it).
 func (b *breakerRun) outcome(o BreakerOutcomes) {
 	b.st.Settings = o.Settings.WithDefaults()
+	b.st.LastReport = workflow.Now(b.ctx)
 	switch b.st.Mode {
 	case BreakerClosed:
 		b.count(o)

@@ -93,6 +93,9 @@ type BreakerState struct {
 	Window []BreakerBucket `json:"window,omitempty"`
 	// LastProbe is the latest half-open probe, when there was one.
 	LastProbe *BreakerProbe `json:"last_probe,omitempty"`
+	// LastReport is when the processes last reported to it; with Since, it says how long
+	// the breaker has been idle (Settings.IdleEnd ends it).
+	LastReport time.Time `json:"last_report,omitzero"`
 	// Released counts retries released since the breaker last closed or resumed.
 	Released int `json:"released"`
 	// Releasing is set from a close or resume until no held retry is left to release.

@@ -1,0 +1,154 @@
+//go:build integration
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+	enumspb "go.temporal.io/api/enums/v1"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"retry-scheduler/message"
+	"retry-scheduler/workflows"
+)
+
+// A breaker's life, quick: its policy trips at two republishes, cools down for a second and
+// judges one probe over a second, so it opens, probes and closes within seconds.
+const breakerLifecyclePolicyFile = `
+policies:
+  e2e-flaky:
+    backoff: {type: schedule, delays: [300ms]}
+    max_retries: 10
+    quiet_window: 2s
+    breaker: {window: 10s, min_republishes: 2, failure_ratio: 0.5, cooldown: 1s, cooldown_max: 2s, probes: 1, probe_window: 1s, release_rate: 20}
+  e2e-idle:
+    backoff: {type: schedule, delays: [300ms]}
+    max_retries: 3
+    quiet_window: 2s
+    breaker: {min_republishes: 100, idle_end: 3s}
+routes:
+  - queue: "e2e-*.flaky*"
+    policy: e2e-flaky
+  - queue: "e2e-*.idle*"
+    policy: e2e-idle
+`
+
+// flakyMessages and flakyOutage: a few messages into a consumer down for a few seconds.
+const (
+	flakyMessages = 4
+	flakyOutage   = 4 * time.Second
+)
+
+// flakyDestination runs the scenario: a consumer that fails for flakyOutage, flakyMessages
+// reported; every one ends delivered. It returns the queue and the breaker's state then.
+func (s *stack) flakyDestination(t *testing.T, name string) (string, workflows.BreakerState) {
+	t.Helper()
+	q := s.queue(s.prefix+"."+name, nil)
+	recovered := time.Now().Add(flakyOutage)
+	dst := s.destination(q, func(now time.Time) bool { return now.Before(recovered) })
+	ids := s.failMessages(q, name, flakyMessages)
+	for _, id := range ids {
+		r := s.workflowResult(message.WorkflowID(q, id), 2*time.Minute)
+		require.Equal(t, workflows.StatusDelivered, r.Status, id)
+	}
+	_, err := dst.seen()
+	require.NoError(t, err)
+	// The breaker closed and released every held retry (they are delivered): it settles
+	// closed, releasing nothing.
+	var st workflows.BreakerState
+	require.Eventually(t, func() bool {
+		st, err = s.breakerState(q)
+		return err == nil && st.Mode == workflows.BreakerClosed && !st.Releasing
+	}, 30*time.Second, 100*time.Millisecond, "breaker of %s never settled closed: %+v, %v", q, st, err)
+	return q, st
+}
+
+// TestBreakerOpensProbesAndCloses drives one destination's breaker through open, half-open
+// and closed, and records its history (breaker-open-probe-closed).
+func TestBreakerOpensProbesAndCloses(t *testing.T) {
+	s := newStack(t)
+	require.NoError(t, os.WriteFile(s.cfg.PolicyFile, []byte(breakerLifecyclePolicyFile), 0o600))
+	s.run("all")
+
+	q, st := s.flakyDestination(t, "flaky-orders")
+
+	var modes []workflows.BreakerMode
+	for _, e := range st.Events {
+		modes = append(modes, e.To)
+	}
+	assert.Contains(t, modes, workflows.BreakerOpen, "events: %s", describeEvents(st.Events, time.Time{}))
+	assert.Contains(t, modes, workflows.BreakerHalfOpen)
+	assert.Equal(t, workflows.BreakerClosed, modes[len(modes)-1])
+	s.recordHistory(message.BreakerWorkflowID(q), "breaker-open-probe-closed")
+	fmt.Println("breaker events:", describeEvents(st.Events, time.Time{}))
+}
+
+// failsFirstRepublish consumes queue, failing each message's first republish (reporting it
+// as a consumer integrated with the scheduler does) and taking the second: one failed retry
+// per message, counted by the destination's breaker.
+func (s *stack) failsFirstRepublish(queue string) *consumer {
+	return s.consume(queue, func(d amqp.Delivery) {
+		n, _ := message.HeaderInt64(d.Headers["x-retry-count"])
+		if n < 2 {
+			key, _ := d.Headers["x-retry-key"].(string)
+			_ = s.sendRetry(message.RetryMessage{MessageID: d.MessageId, OriginalPayload: d.Body, OriginalQueue: queue,
+				ErrorReason: "503 from downstream", HTTPStatus: 503, RetryCount: int(n), RetryKey: key})
+		}
+		_ = d.Ack(false)
+	})
+}
+
+// breakerRun describes the latest run of queue's breaker: its run id and status.
+func (s *stack) breakerRun(queue string) (string, enumspb.WorkflowExecutionStatus, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	d, err := s.tc.DescribeWorkflowExecution(ctx, message.BreakerWorkflowID(queue), "")
+	if err != nil {
+		return "", 0, err
+	}
+	info := d.GetWorkflowExecutionInfo()
+	return info.GetExecution().GetRunId(), info.GetStatus(), nil
+}
+
+// TestIdleBreakerEndsAndStartsAgain: a destination's breaker, closed with nothing reported
+// for its policy's idle_end (3 s here), ends; the next failed retry for the destination
+// starts it again. Records the ended run's history (breaker-idle-ended).
+func TestIdleBreakerEndsAndStartsAgain(t *testing.T) {
+	s := newStack(t)
+	require.NoError(t, os.WriteFile(s.cfg.PolicyFile, []byte(breakerLifecyclePolicyFile), 0o600))
+	s.run("all")
+	q := s.queue(s.prefix+".idle-orders", nil)
+	s.failsFirstRepublish(q)
+
+	s.failMessages(q, "first", 1)
+	r := s.workflowResult(message.WorkflowID(q, "first-0"), time.Minute)
+	require.Equal(t, workflows.StatusDelivered, r.Status)
+
+	var firstRun string
+	require.Eventually(t, func() bool {
+		run, status, err := s.breakerRun(q)
+		firstRun = run
+		return err == nil && status == enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED
+	}, 30*time.Second, 100*time.Millisecond, "the idle breaker of %s did not end", q)
+	s.recordHistory(message.BreakerWorkflowID(q), "breaker-idle-ended")
+
+	s.failMessages(q, "second", 1)
+	r = s.workflowResult(message.WorkflowID(q, "second-0"), time.Minute)
+	require.Equal(t, workflows.StatusDelivered, r.Status)
+	run, status, err := s.breakerRun(q)
+	require.NoError(t, err)
+	assert.NotEqual(t, firstRun, run, "a new run of the breaker")
+	assert.Contains(t, []enumspb.WorkflowExecutionStatus{enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING, enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED}, status)
+	st, err := s.breakerState(q)
+	if status == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
+		require.NoError(t, err)
+		assert.Equal(t, workflows.BreakerClosed, st.Mode)
+	}
+}
