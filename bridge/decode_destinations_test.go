@@ -111,11 +111,13 @@ func TestShortStringPoisonIsParkable(t *testing.T) {
 	f := validRetryMessage()
 	f["correlation_id"] = strings.Repeat("c", 300)
 	body := jsonBody(t, f)
-	d := amqp.Delivery{ContentType: "application/json", Body: body, MessageId: "m-1", CorrelationId: "c-amqp"}
+	d := amqp.Delivery{ContentType: "application/json", Body: body, MessageId: "m-1", CorrelationId: "c-amqp", UserId: "billing-svc"}
 	_, err := Decode(DeliveryFrom(d), testOptions())
 	pe := requirePoison(t, err)
 
 	env := poisonEnvelope(d, pe, testOptions(), testNow)
+	assert.Equal(t, "billing-svc", env.OriginalMessage.Producer, "the parked item names its producer")
+	assert.Equal(t, "billing-svc", env.Metadata.Producer)
 	pub, err := deadletter.Publishing(env, deadletter.Options{})
 	require.NoError(t, err)
 	for _, v := range []string{pub.CorrelationId, pub.MessageId, pub.ContentType, pub.AppId} {

@@ -50,6 +50,9 @@ func poisonEnvelope(d amqp.Delivery, pe *PoisonError, opts DecodeOptions, now ti
 			Timestamp:       d.Timestamp,
 		},
 		CorrelationID: d.CorrelationId,
+		// RabbitMQ validated it against the connection's user: a refused producer's poison
+		// is found by its RetryProducer search attribute.
+		Producer: d.UserId,
 	}
 	if et, ok := header(d.Headers, message.HeaderEventType); ok {
 		orig.EventType, _ = headerString(et)
@@ -73,6 +76,7 @@ func poisonEnvelope(d amqp.Delivery, pe *PoisonError, opts DecodeOptions, now ti
 		Metadata: message.Metadata{
 			DLQTimestamp:          now,
 			Service:               serviceName,
+			Producer:              d.UserId,
 			FirstAttemptTimestamp: now,
 			LastAttemptTimestamp:  now,
 		},

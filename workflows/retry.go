@@ -541,7 +541,11 @@ func (r *retryRun) toDead(cause, detail string) {
 	if s.Poison != nil && cause == s.Poison.Kind {
 		// The bridge published this delivery's envelope, with the full bytes, before it
 		// started or signalled the run.
-		r.event("note", "", "dead-letter envelope "+s.Poison.DLQID+" published by the bridge to "+s.DeadLetterQueue)
+		if s.Poison.EnvelopeError != "" {
+			r.event("dead-letter-failed", "", "the broker refused the bridge's dead-letter envelope "+s.Poison.DLQID+": "+s.Poison.EnvelopeError)
+		} else {
+			r.event("note", "", "dead-letter envelope "+s.Poison.DLQID+" published by the bridge to "+s.DeadLetterQueue)
+		}
 	} else {
 		env := r.envelope(now)
 		var acts *activities.Activities
