@@ -151,6 +151,7 @@ func TestFloodOfBadReportsAmongLegitimateOnes(t *testing.T) {
 	// connection once and never lost it.
 	opened, lost := logs.connections()
 	assert.Empty(t, lost, "AMQP connections lost during the flood")
+	assert.NotEmpty(t, opened, "the service's publishers log the connections they open")
 	for name, n := range opened {
 		assert.Equal(t, 1, n, "connection %s opened %d times", name, n)
 	}
