@@ -205,7 +205,11 @@ func itemOf(e *workflowpb.WorkflowExecutionInfo) Item {
 	it.NextRetryAt = tm(workflows.SANextRetryTime.GetName())
 	it.DeadAt = tm(workflows.SADeadAt.GetName())
 	// A hashed workflow ID does not name the message; enrich fills it from the state.
-	it.MessageID, _ = message.MessageIDOf(it.ID, it.Queue)
+	var ok bool
+	if it.MessageID, ok = message.MessageIDOf(it.ID, it.Queue); !ok {
+		// A run started under the legacy ID of a queue holding '/' or '%'.
+		it.MessageID, _ = message.LegacyMessageIDOf(it.ID, it.Queue)
+	}
 	return it
 }
 

@@ -54,7 +54,7 @@ func (p *Reporter) now() time.Time {
 // bridge.Config.Hold): what is left of the first retry's delay, counted from when the bridge
 // received the report, when that delay is at most HoldMax; else 0, report at once.
 func (p *Reporter) HoldFor(r message.FailureReport) time.Duration {
-	_, due, ok := p.holdable(message.WorkflowID(r.Message.OriginalQueue, r.Message.MessageID), r)
+	_, due, ok := p.holdable(reportWorkflowID(r), r)
 	if !ok {
 		return 0
 	}
@@ -106,7 +106,10 @@ func (p *Reporter) Report(ctx context.Context, r message.FailureReport) error {
 }
 
 func (p *Reporter) report(ctx context.Context, r message.FailureReport) error {
-	id := message.WorkflowID(r.Message.OriginalQueue, r.Message.MessageID)
+	id, err := p.workflowID(ctx, r)
+	if err != nil {
+		return err
+	}
 	opts := client.StartWorkflowOptions{
 		ID:        id,
 		TaskQueue: p.TaskQueue,
