@@ -189,6 +189,10 @@ type Config struct {
 	// or "off" (development only: every caller is an admin). Env API_AUTH, flag -api-auth.
 	// Defaults to "tokens".
 	APIAuth string
+	// APIMaxScans is how many ops list scans of Temporal visibility run at a time; one asked
+	// for beyond them is answered 503 with Retry-After. Env API_MAX_SCANS, flag
+	// -api-max-scans. Defaults to DefaultAPIMaxScans.
+	APIMaxScans int
 	// ReplayRate is how many signals per second a dead-letter replay or purge sends. Env
 	// REPLAY_RATE, flag -replay-rate. Defaults to DefaultReplayRate.
 	ReplayRate int
@@ -276,6 +280,7 @@ const (
 	DefaultLogLevel        = "info"
 	DefaultMetricsInterval = 15 * time.Second
 	DefaultReplayRate      = 20
+	DefaultAPIMaxScans     = 4
 )
 
 // DefaultServiceVersion is this build's version (buildinfo.Info.Version: the stamped one, else
@@ -320,6 +325,7 @@ func Default() Config {
 		BreakerFlush:      breaker.DefaultFlush,
 		APIAuth:           APIAuthTokens,
 		ReplayRate:        DefaultReplayRate,
+		APIMaxScans:       DefaultAPIMaxScans,
 		TemporalTLS:       TLSAuto,
 		CodecCORSOrigins:  DefaultCodecOrigins,
 	}

@@ -141,8 +141,13 @@ func (a *API) list(w http.ResponseWriter, r *http.Request, f Filter, o order, en
 }
 
 // scan reads every execution matching query, up to MaxScan; it reports whether there were
-// more.
+// more. It is one of MaxScans at a time (errBusy beyond them).
 func (a *API) scan(ctx context.Context, query string) ([]Item, bool, error) {
+	release, err := a.acquireScan()
+	if err != nil {
+		return nil, false, err
+	}
+	defer release()
 	var items []Item
 	var token []byte
 	for {
