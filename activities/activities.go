@@ -56,6 +56,12 @@ type DeadLetterInput struct {
 // since the destination (or the dead-letter queue) is missing until an operator acts.
 const ErrTypeUnroutable = "Unroutable"
 
+// ErrTypeUnpublishable is the Temporal error type of a publish refused for the message's own
+// content: a short string over 255 bytes, a header AMQP cannot encode (checked before the
+// client library sees it), or a broker refusal of the message (its channel closed with 406 or
+// 403). Non-retryable: every try would be refused the same way. The error names the field.
+const ErrTypeUnpublishable = "Unpublishable"
+
 // ErrTypeInvalidMessage is the Temporal error type of a message that cannot be put on the wire
 // (headers no AMQP table can hold): retrying would fail the same way.
 const ErrTypeInvalidMessage = "InvalidMessage"

@@ -16,6 +16,8 @@ const (
 	StatusSuccess    = "success"
 	StatusFailed     = "failed"
 	StatusUnroutable = "unroutable"
+	// StatusUnpublishable is a retry refused for the message's own content (ErrTypeUnpublishable).
+	StatusUnpublishable = "unpublishable"
 	// StatusHeld is a retry not published because its destination's breaker holds it.
 	StatusHeld = "held"
 )

@@ -22,8 +22,9 @@ import (
 // Republish puts the message back where it came from as retry in.Attempt: confirmed,
 // persistent, with its original body, id, properties and allowed headers, plus x-retry-count
 // and x-retry-key so consumers can drop duplicates.
-// An unroutable destination is a non-retryable ErrTypeUnroutable error; any other publish
-// failure is returned as is for Temporal to retry.
+// An unroutable destination is a non-retryable ErrTypeUnroutable error, a message that cannot
+// be encoded or that the broker refuses a non-retryable ErrTypeUnpublishable one; any other
+// publish failure is returned as is for Temporal to retry.
 // Under a breaker (in.Breaker), a retry whose destination's breaker holds is not published
 // (the result says Held) unless it was released; a confirmed one is counted towards it.
 //
@@ -73,7 +74,11 @@ func (a *Activities) Republish(ctx context.Context, in RepublishInput) (res Repu
 		Body:            m.Payload,
 	}
 
-	err = a.Publisher.Publish(ctx, exchange, key, true, pub)
+	// Checked here as well as in the broker's publisher: whatever Publisher carries it, a
+	// message that cannot be encoded never reaches a connection.
+	if err = broker.CheckPublishing(exchange, key, pub); err == nil {
+		err = a.Publisher.Publish(ctx, exchange, key, true, pub)
+	}
 	publishedAt := a.now()
 	if err != nil {
 		if errors.Is(err, broker.ErrUnroutable) {
@@ -81,6 +86,12 @@ func (a *Activities) Republish(ctx context.Context, in RepublishInput) (res Repu
 			log.Error("retry not republished", "outcome", StatusUnroutable, "error", err)
 			return RepublishResult{}, temporal.NewNonRetryableApplicationError(
 				fmt.Sprintf("republish message %q: %v", m.MessageID, err), ErrTypeUnroutable, err)
+		}
+		if unpublishable(err) {
+			a.Metrics.retryExecuted(m.OriginalQueue, StatusUnpublishable)
+			log.Error("retry not republished", "outcome", StatusUnpublishable, "error", err)
+			return RepublishResult{}, temporal.NewNonRetryableApplicationError(
+				fmt.Sprintf("republish message %q: %v", m.MessageID, err), ErrTypeUnpublishable, err)
 		}
 		a.Metrics.retryExecuted(m.OriginalQueue, StatusFailed)
 		log.Warn("retry not republished; will retry", "outcome", StatusFailed, "error", err)
@@ -163,8 +174,9 @@ func (a *Activities) holds(in RepublishInput) (string, bool) {
 // DeadLetter publishes the envelope to in.Queue (see deadletter.Publish), with an expiration
 // of DeadLetterTTL: the queue is a notification stream, the parked workflow the record. Every
 // dead-letter queue is declared at start, so an unroutable publish is a misconfiguration:
-// non-retryable ErrTypeUnroutable; an envelope that cannot be published at all (no queue) is
-// non-retryable ErrTypeInvalidMessage. Each failed publish counts in
+// non-retryable ErrTypeUnroutable; one the publisher's check or the broker refuses is
+// non-retryable ErrTypeUnpublishable; an envelope that cannot be published at all (no queue)
+// is non-retryable ErrTypeInvalidMessage. Each failed publish counts in
 // dead_letter_publish_failures_total.
 func (a *Activities) DeadLetter(ctx context.Context, in DeadLetterInput) error {
 	env := in.Envelope
@@ -182,10 +194,20 @@ func (a *Activities) DeadLetter(ctx context.Context, in DeadLetterInput) error {
 		return temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeInvalidMessage, err)
 	}
 	a.Metrics.deadLetterPublishFailed(in.Queue)
+	if unpublishable(err) {
+		log.Error("envelope not dead-lettered", "outcome", StatusUnpublishable, "error", err)
+		return temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeUnpublishable, err)
+	}
 	if errors.Is(err, broker.ErrUnroutable) {
 		log.Error("envelope not dead-lettered", "outcome", StatusUnroutable, "error", err)
 		return temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeUnroutable, err)
 	}
 	log.Warn("envelope not dead-lettered; will retry", "outcome", StatusFailed, "error", err)
 	return err
+}
+
+// unpublishable says whether a publish failed for the message's own content: the publisher's
+// check refused it before the wire, or the broker refused it by closing its channel.
+func unpublishable(err error) bool {
+	return errors.Is(err, broker.ErrUnpublishable) || errors.Is(err, broker.ErrRefused)
 }

@@ -62,6 +62,9 @@ type Publisher struct {
 	bgMu      sync.Mutex
 	bgStopped bool
 	bg        sync.WaitGroup
+
+	// dials counts the connections opened (Connections).
+	dials atomic.Int64
 }
 
 // connState is one connection and what its watcher learned about it.
@@ -105,7 +108,10 @@ func NewPublisher(cfg Config, logger *slog.Logger) *Publisher {
 }
 
 // Publish publishes msg and waits for the broker's confirm, at most until ctx ends or the
-// PublishTimeout passes. With mandatory set, a message no queue takes is ErrUnroutable.
+// PublishTimeout passes. With mandatory set, a message no queue takes is ErrUnroutable. A
+// message that cannot be encoded is ErrUnpublishable before it reaches the connection, and
+// one the broker refuses by closing the channel is ErrRefused: both are the message's own,
+// and neither costs other publishes their connection.
 func (p *Publisher) Publish(ctx context.Context, exchange, key string, mandatory bool, msg amqp.Publishing) error {
 	if err := p.publish(ctx, exchange, key, mandatory, msg); err != nil {
 		return fmt.Errorf("publish to exchange %q key %q: %w", exchange, key, err)
@@ -114,6 +120,9 @@ func (p *Publisher) Publish(ctx context.Context, exchange, key string, mandatory
 }
 
 func (p *Publisher) publish(ctx context.Context, exchange, key string, mandatory bool, msg amqp.Publishing) error {
+	if err := CheckPublishing(exchange, key, msg); err != nil {
+		return err
+	}
 	select {
 	case <-p.done:
 		return ErrClosed
@@ -161,11 +170,17 @@ func (p *Publisher) publish(ctx context.Context, exchange, key string, mandatory
 // next publish: not after a timeout (its late confirm would be taken for the next one's) nor
 // once it is closed.
 func (p *Publisher) publishOn(ctx context.Context, cc *confirmChannel, exchange, key string, mandatory bool, msg amqp.Publishing) (keep bool, err error) {
+	if err := checkFrame(msg, cc.conn.conn.Config.FrameSize); err != nil {
+		return true, err
+	}
 	drain(cc.returns) // a return left by an abandoned publish must not be taken for ours
 
 	dc, err := cc.ch.PublishWithDeferredConfirmWithContext(ctx, exchange, key, mandatory, false, msg)
 	if err != nil {
 		if reason := cc.closed(); reason != nil {
+			if refused(cc, reason) {
+				return false, fmt.Errorf("%w: %d %s", ErrRefused, reason.Code, reason.Reason)
+			}
 			return false, fmt.Errorf("channel closed: %w", reason)
 		}
 		// Nothing was sent (the context ended first) or the write failed; in the latter
@@ -205,10 +220,27 @@ func (p *Publisher) publishOn(ctx context.Context, cc *confirmChannel, exchange,
 			// The exchange does not exist: as permanent as a missing queue.
 			return false, fmt.Errorf("%w: %s", ErrUnroutable, reason.Reason)
 		}
+		if refused(cc, reason) {
+			return false, fmt.Errorf("%w: %d %s", ErrRefused, reason.Code, reason.Reason)
+		}
 		return false, fmt.Errorf("channel closed: %w", reason)
 	}
 	return true, ErrNacked
 }
+
+// refused says whether the broker closed cc, and only cc, refusing the message it carried:
+// a channel-level 406 or 403 while the connection stays open. Only the channel is lost (it is
+// discarded and the next publish opens another on the same connection).
+func refused(cc *confirmChannel, reason *amqp.Error) bool {
+	if !reason.Server || cc.conn.conn.IsClosed() {
+		return false
+	}
+	return reason.Code == amqp.PreconditionFailed || reason.Code == amqp.AccessRefused
+}
+
+// Connections is how many AMQP connections the Publisher has opened: 1 while the first is
+// kept, one more for each reconnect.
+func (p *Publisher) Connections() int64 { return p.dials.Load() }
 
 // openChannel opens a confirm-mode channel on the current connection, dialing if needed.
 func (p *Publisher) openChannel(ctx context.Context) (*confirmChannel, error) {
@@ -258,6 +290,7 @@ func (p *Publisher) connection(ctx context.Context) (*connState, error) {
 	if err != nil {
 		return nil, err
 	}
+	p.dials.Add(1)
 	cs := &connState{conn: conn}
 	closes := conn.NotifyClose(make(chan *amqp.Error, 1))
 	blocks := conn.NotifyBlocked(make(chan amqp.Blocking, 4))

@@ -205,6 +205,10 @@ type Config struct {
 	// or "off" (development only: every caller is an admin). Env API_AUTH, flag -api-auth.
 	// Defaults to "tokens".
 	APIAuth string
+	// APIMaxScans is how many ops list scans of Temporal visibility run at a time; one asked
+	// for beyond them is answered 503 with Retry-After. Env API_MAX_SCANS, flag
+	// -api-max-scans. Defaults to DefaultAPIMaxScans.
+	APIMaxScans int
 	// ReplayRate is how many signals per second a dead-letter replay or purge sends. Env
 	// REPLAY_RATE, flag -replay-rate. Defaults to DefaultReplayRate.
 	ReplayRate int
@@ -296,6 +300,7 @@ const (
 	// to decoded copies, the runtime and the collector: 256 deliveries of the default
 	// MAX_MESSAGE_BYTES.
 	DefaultBridgeMemoryBudget = 128 << 20
+	DefaultAPIMaxScans        = 4
 )
 
 // DefaultServiceVersion is this build's version (buildinfo.Info.Version: the stamped one, else
@@ -343,6 +348,7 @@ func Default() Config {
 		BreakerFlush:       breaker.DefaultFlush,
 		APIAuth:            APIAuthTokens,
 		ReplayRate:         DefaultReplayRate,
+		APIMaxScans:        DefaultAPIMaxScans,
 		TemporalTLS:        TLSAuto,
 		CodecCORSOrigins:   DefaultCodecOrigins,
 	}

@@ -68,6 +68,7 @@ func TestDefaults(t *testing.T) {
 		BreakerFlush:       time.Second,
 		APIAuth:            "tokens",
 		ReplayRate:         20,
+		APIMaxScans:        4,
 		TemporalTLS:        "auto",
 		CodecCORSOrigins:   DefaultCodecOrigins,
 	}
@@ -126,8 +127,9 @@ func TestEnvAndFlags(t *testing.T) {
 		{"BREAKER_FLUSH", "5s", "breaker-flush", "100ms", func(c Config) any { return c.BreakerFlush }, 5 * time.Second, 100 * time.Millisecond},
 		{"API_TOKENS", "a:viewer=0123456789abcdef", "api-tokens", "b:admin=fedcba9876543210", func(c Config) any { return c.APITokens.Reveal() }, "a:viewer=0123456789abcdef", "b:admin=fedcba9876543210"},
 		{"API_TOKENS_FILE", "/etc/tokens", "api-tokens-file", "./tokens", func(c Config) any { return c.APITokensFile }, "/etc/tokens", "./tokens"},
-		{"API_AUTH", "OFF", "api-auth", "tokens", func(c Config) any { return c.APIAuth }, "off", "tokens"},
+		{"API_AUTH", "TOKENS", "api-auth", "tokens", func(c Config) any { return c.APIAuth }, "tokens", "tokens"},
 		{"REPLAY_RATE", "5", "replay-rate", "50", func(c Config) any { return c.ReplayRate }, 5, 50},
+		{"API_MAX_SCANS", "2", "api-max-scans", "8", func(c Config) any { return c.APIMaxScans }, 2, 8},
 	}
 	covered := map[string]bool{}
 	for _, tt := range tests {
@@ -309,6 +311,34 @@ func TestAPISettings(t *testing.T) {
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "API_AUTH")
 	assert.Contains(t, err.Error(), "REPLAY_RATE")
+}
+
+// API_AUTH=off makes every caller an admin: only on a loopback listen address.
+func TestAPIAuthOffOnlyOnLoopback(t *testing.T) {
+	for _, addr := range []string{"127.0.0.1:8086", "localhost:9000", "[::1]:8086", "127.0.0.2:1"} {
+		c, err := Load([]string{"-api-auth", "OFF"}, env("HTTP_ADDR", addr))
+		require.NoError(t, err, addr)
+		assert.Equal(t, APIAuthOff, c.APIAuth)
+	}
+	for _, args := range [][]string{
+		{"-api-auth", "off"}, // every interface on HTTP_PORT
+		{"-api-auth", "off", "-http-addr", ":8086"},
+		{"-api-auth", "off", "-http-addr", "0.0.0.0:8086"},
+		{"-api-auth", "off", "-http-addr", "[::]:8086"},
+		{"-api-auth", "off", "-http-addr", "10.0.0.5:8086"},
+		{"-api-auth", "off", "-http-addr", "example.com:8086"},
+	} {
+		_, err := Load(args, nil)
+		require.Error(t, err, "%v", args)
+		assert.Contains(t, err.Error(), "API_AUTH=off")
+		assert.Contains(t, err.Error(), "HTTP_ADDR")
+	}
+	c, err := Load([]string{"-http-addr", "0.0.0.0:8086"}, nil)
+	require.NoError(t, err, "tokens on any address")
+	assert.Equal(t, APIAuthTokens, c.APIAuth)
+
+	_, err = Load([]string{"-api-max-scans", "0"}, nil)
+	require.ErrorContains(t, err, "API_MAX_SCANS")
 }
 
 func TestParseDuration(t *testing.T) {

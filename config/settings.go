@@ -116,8 +116,9 @@ func (c *Config) settings() []setting {
 		{"BREAKER_FLUSH", "how often a process reports republishes and failures to their breakers", (*duration)(&c.BreakerFlush)},
 		{"API_TOKENS", "ops API bearer tokens: name:role[:tenant]=token,... (secret: prefer the environment)", &c.APITokens},
 		{"API_TOKENS_FILE", "file of ops API tokens, one name:role[:tenant]=token per line", (*text)(&c.APITokensFile)},
-		{"API_AUTH", "ops API authentication: tokens, or off (development only)", (*word)(&c.APIAuth)},
+		{"API_AUTH", "ops API authentication: tokens, or off (development only, HTTP_ADDR on loopback)", (*word)(&c.APIAuth)},
 		{"REPLAY_RATE", "signals per second of a dead-letter replay or purge", (*integer)(&c.ReplayRate)},
+		{"API_MAX_SCANS", "ops list scans of Temporal visibility at a time; more are answered 503 with Retry-After", (*integer)(&c.APIMaxScans)},
 		{"TEMPORAL_UI_URL", "Temporal Web UI address the ops page links workflows to (empty: no links)", (*webURL)(&c.TemporalUIURL)},
 	}
 	return append(s, c.securitySettings()...)

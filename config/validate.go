@@ -142,9 +142,16 @@ func (c Config) Validate() error {
 		bad("BREAKER_FLUSH (%s) must be above 0", c.BreakerFlush)
 	}
 	switch c.APIAuth {
-	case APIAuthTokens, APIAuthOff:
+	case APIAuthTokens:
+	case APIAuthOff:
+		if addr := c.httpListenAddr(); !loopbackAddr(addr) {
+			bad("API_AUTH=off makes every caller an admin: allowed only with HTTP_ADDR on a loopback address (127.0.0.1:%d, say), not %q", c.HTTPPort, addr)
+		}
 	default:
 		bad("API_AUTH: unknown value %q (want tokens or off)", c.APIAuth)
+	}
+	if c.APIMaxScans < 1 || c.APIMaxScans > 64 {
+		bad("API_MAX_SCANS (%d) must be between 1 and 64", c.APIMaxScans)
 	}
 	if c.ReplayRate < 1 || c.ReplayRate > 10000 {
 		bad("REPLAY_RATE (%d) must be between 1 and 10000", c.ReplayRate)
@@ -160,4 +167,27 @@ func redactErr(err error, raw string) string {
 		return ue.Err.Error()
 	}
 	return strings.ReplaceAll(err.Error(), raw, "…")
+}
+
+// httpListenAddr is the address the ops HTTP server listens on: HTTP_ADDR, else every
+// interface on HTTP_PORT.
+func (c Config) httpListenAddr() string {
+	if c.HTTPAddr != "" {
+		return c.HTTPAddr
+	}
+	return ":" + strconv.Itoa(c.HTTPPort)
+}
+
+// loopbackAddr says whether host:port addr listens on loopback only: localhost or a loopback
+// IP. An empty host is every interface.
+func loopbackAddr(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }

@@ -5,6 +5,8 @@ package deadletter
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -106,8 +108,8 @@ func Publishing(env message.Envelope, o Options) (amqp.Publishing, error) {
 		Headers:       headers,
 		ContentType:   ContentType,
 		DeliveryMode:  amqp.Persistent,
-		CorrelationId: env.CorrelationID,
-		MessageId:     env.DLQID,
+		CorrelationId: shortOrNone(env.CorrelationID),
+		MessageId:     ShortID(env.DLQID),
 		Timestamp:     ts,
 		AppId:         o.AppID,
 		Expiration:    Expiration(o.TTL),
@@ -144,4 +146,26 @@ func now(o Options) time.Time {
 		return o.Now()
 	}
 	return time.Now()
+}
+
+// maxShortString is AMQP's limit for the string properties.
+const maxShortString = 255
+
+// ShortID is id as an AMQP message id: as it is when it fits, else sha256-<64 hex> of it (a
+// dlqId is a workflow ID and a suffix, so it can exceed 255 bytes), the same for the same id.
+func ShortID(id string) string {
+	if len(id) <= maxShortString {
+		return id
+	}
+	sum := sha256.Sum256([]byte(id))
+	return "sha256-" + hex.EncodeToString(sum[:])
+}
+
+// shortOrNone is s when it fits an AMQP short string, else none: the envelope's body keeps it,
+// and the envelope must go out.
+func shortOrNone(s string) string {
+	if len(s) > maxShortString {
+		return ""
+	}
+	return s
 }

@@ -125,3 +125,20 @@ func TestExpiration(t *testing.T) {
 	assert.Equal(t, "1500", Expiration(1500*time.Millisecond))
 	assert.Equal(t, "4294967295", Expiration(90*24*time.Hour), "capped at RabbitMQ's limit")
 }
+
+// An envelope always goes out: a dlqId over AMQP's 255-byte message id is hashed, a
+// correlation id over it is left to the body.
+func TestPublishingFitsAMQPShortStrings(t *testing.T) {
+	env := testEnvelope()
+	env.DLQID = "retry/" + string(make([]byte, 250)) + "#12"
+	env.CorrelationID = string(make([]byte, 300))
+	pub, err := Publishing(env, Options{})
+	require.NoError(t, err)
+	assert.Len(t, pub.MessageId, len("sha256-")+64)
+	assert.Equal(t, pub.MessageId, ShortID(env.DLQID), "the same envelope, the same id")
+	assert.Empty(t, pub.CorrelationId)
+	var got message.Envelope
+	require.NoError(t, json.Unmarshal(pub.Body, &got))
+	assert.Equal(t, env.CorrelationID, got.CorrelationID, "the body keeps it")
+	assert.Equal(t, "dlq-1", ShortID("dlq-1"))
+}

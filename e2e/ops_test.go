@@ -64,6 +64,9 @@ func (a *opsAPI) call(token, method, path string, body any) (int, map[string]any
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
+	if method != http.MethodGet {
+		req.Header.Set("Content-Type", "application/json")
+	}
 	resp, err := opsClient.Do(req)
 	require.NoError(a.t, err)
 	defer resp.Body.Close()

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
@@ -49,6 +50,9 @@ type APIConfig struct {
 	// waits for its update's result before answering 503 (a stopped worker). Defaults to
 	// DefaultActionWait.
 	ActionWait time.Duration
+	// MaxScans is how many list scans run at a time; a list asked for beyond them is answered
+	// 503 with Retry-After. Defaults to DefaultMaxScans.
+	MaxScans int
 	// MaxScan is the most workflows one list reads to sort them (SQL visibility, the dev
 	// server's and PostgreSQL's, cannot ORDER BY). Defaults to DefaultMaxScan.
 	MaxScan int
@@ -115,6 +119,9 @@ func (c APIConfig) withDefaults() APIConfig {
 	if c.MaxScan <= 0 {
 		c.MaxScan = DefaultMaxScan
 	}
+	if c.MaxScans <= 0 {
+		c.MaxScans = DefaultMaxScans
+	}
 	if c.Now == nil {
 		c.Now = time.Now
 	}
@@ -132,6 +139,8 @@ type API struct {
 	log *slog.Logger
 	// settleEvery is how often a canary replay reads its replayed items' outcomes.
 	settleEvery time.Duration
+	// scans holds a token per scan running (acquireScan).
+	scans chan struct{}
 }
 
 // NewAPI returns the API; Register mounts it.
@@ -146,35 +155,38 @@ func NewAPI(cfg APIConfig) (*API, error) {
 		return nil, errors.New("ops api: no Logger for the audit lines")
 	}
 	cfg = cfg.withDefaults()
-	return &API{cfg: cfg, log: cfg.Logger, settleEvery: defaultSettleEvery}, nil
+	return &API{cfg: cfg, log: cfg.Logger, settleEvery: defaultSettleEvery, scans: make(chan struct{}, cfg.MaxScans)}, nil
 }
 
 // Register mounts the API under /api/ and the web page at / on mux.
 func (a *API) Register(mux *http.ServeMux) {
 	auth := a.cfg.Auth
-	mux.HandleFunc("GET /api/whoami", auth.require(RoleViewer, a.whoami))
-	mux.HandleFunc("GET /api/retry-queue", auth.require(RoleViewer, a.listRetryQueue))
-	mux.HandleFunc("GET /api/dead-letters", auth.require(RoleViewer, a.listDeadLetters))
-	mux.HandleFunc("GET /api/delivered", auth.require(RoleViewer, a.listDelivered))
+	// Every API route, behind one check that a state-changing call is JSON.
+	api := http.NewServeMux()
+	mux.Handle("/api/", requireJSON(api))
+	api.HandleFunc("GET /api/whoami", auth.require(RoleViewer, a.whoami))
+	api.HandleFunc("GET /api/retry-queue", auth.require(RoleViewer, a.listRetryQueue))
+	api.HandleFunc("GET /api/dead-letters", auth.require(RoleViewer, a.listDeadLetters))
+	api.HandleFunc("GET /api/delivered", auth.require(RoleViewer, a.listDelivered))
 	// Workflow IDs hold slashes (retry/<queue>/<id>): the {id...} and {rest...} wildcards take
 	// them percent-encoded in one segment (the mux matches escaped segments) or raw.
-	mux.HandleFunc("GET /api/messages/{id...}", auth.require(RoleViewer, a.getMessage))
-	mux.HandleFunc("POST /api/messages/{rest...}", auth.require(RoleOperator, a.postMessageAction))
-	mux.HandleFunc("DELETE /api/dead-letters/{id...}", auth.require(RoleOperator, a.deleteDeadLetter))
+	api.HandleFunc("GET /api/messages/{id...}", auth.require(RoleViewer, a.getMessage))
+	api.HandleFunc("POST /api/messages/{rest...}", auth.require(RoleOperator, a.postMessageAction))
+	api.HandleFunc("DELETE /api/dead-letters/{id...}", auth.require(RoleOperator, a.deleteDeadLetter))
 	// A held retry waits like a scheduled one: retry-now releases it, skip dead-letters it.
-	mux.HandleFunc("POST /api/retry-queue/bulk-retry", auth.require(RoleOperator, a.bulk(actionRetry, workflows.StatusScheduled, workflows.StatusHeld)))
-	mux.HandleFunc("POST /api/retry-queue/bulk-skip", auth.require(RoleOperator, a.bulk(actionSkip, workflows.StatusScheduled, workflows.StatusHeld)))
-	mux.HandleFunc("POST /api/retry-queue/retry-matching", auth.require(RoleOperator, a.filtered(actionRetry, workflows.StatusScheduled, workflows.StatusHeld)))
-	mux.HandleFunc("POST /api/dead-letters/bulk-retry", auth.require(RoleOperator, a.bulk(actionRetry, workflows.StatusDead)))
-	mux.HandleFunc("POST /api/dead-letters/bulk-resolve", auth.require(RoleOperator, a.bulk(actionResolve, workflows.StatusDead)))
-	mux.HandleFunc("POST /api/dead-letters/bulk-discard", auth.require(RoleOperator, a.bulk(actionDiscard, workflows.StatusDead)))
-	mux.HandleFunc("POST /api/dead-letters/replay", auth.require(RoleOperator, a.filtered(actionRetry, workflows.StatusDead)))
-	mux.HandleFunc("POST /api/dead-letters/purge", auth.require(RoleAdmin, a.filtered(actionDiscard, workflows.StatusDead)))
+	api.HandleFunc("POST /api/retry-queue/bulk-retry", auth.require(RoleOperator, a.bulk(actionRetry, workflows.StatusScheduled, workflows.StatusHeld)))
+	api.HandleFunc("POST /api/retry-queue/bulk-skip", auth.require(RoleOperator, a.bulk(actionSkip, workflows.StatusScheduled, workflows.StatusHeld)))
+	api.HandleFunc("POST /api/retry-queue/retry-matching", auth.require(RoleOperator, unbounded(a.filtered(actionRetry, workflows.StatusScheduled, workflows.StatusHeld))))
+	api.HandleFunc("POST /api/dead-letters/bulk-retry", auth.require(RoleOperator, a.bulk(actionRetry, workflows.StatusDead)))
+	api.HandleFunc("POST /api/dead-letters/bulk-resolve", auth.require(RoleOperator, a.bulk(actionResolve, workflows.StatusDead)))
+	api.HandleFunc("POST /api/dead-letters/bulk-discard", auth.require(RoleOperator, a.bulk(actionDiscard, workflows.StatusDead)))
+	api.HandleFunc("POST /api/dead-letters/replay", auth.require(RoleOperator, unbounded(a.filtered(actionRetry, workflows.StatusDead))))
+	api.HandleFunc("POST /api/dead-letters/purge", auth.require(RoleAdmin, unbounded(a.filtered(actionDiscard, workflows.StatusDead))))
 	// Breakers are per destination, shared by every tenant: operators only (checkBreakerAccess).
-	mux.HandleFunc("GET /api/breakers", auth.require(RoleOperator, a.listBreakers))
-	mux.HandleFunc("GET /api/breakers/{queue...}", auth.require(RoleOperator, a.getBreaker))
-	mux.HandleFunc("POST /api/breakers/{rest...}", auth.require(RoleOperator, a.postBreakerAction))
-	mux.HandleFunc("/api/", func(w http.ResponseWriter, r *http.Request) {
+	api.HandleFunc("GET /api/breakers", auth.require(RoleOperator, a.listBreakers))
+	api.HandleFunc("GET /api/breakers/{queue...}", auth.require(RoleOperator, a.getBreaker))
+	api.HandleFunc("POST /api/breakers/{rest...}", auth.require(RoleOperator, a.postBreakerAction))
+	api.HandleFunc("/api/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, fmt.Sprintf("no route %s %s (see ops/README.md)", r.Method, r.URL.Path))
 	})
 	registerPage(mux)
@@ -185,6 +197,8 @@ type apiError struct {
 	Status  int
 	Msg     string
 	Current workflows.Status
+	// RetryAfter, when set, is sent as the Retry-After header.
+	RetryAfter time.Duration
 }
 
 func (e *apiError) Error() string { return e.Msg }
@@ -200,6 +214,9 @@ func fail(w http.ResponseWriter, err error) {
 	var br badRequest
 	switch {
 	case errors.As(err, &ae):
+		if ae.RetryAfter > 0 {
+			w.Header().Set("Retry-After", strconv.Itoa(int(ae.RetryAfter.Round(time.Second)/time.Second)))
+		}
 		body := map[string]any{"error": ae.Msg}
 		if ae.Current != "" {
 			body["current_status"] = ae.Current

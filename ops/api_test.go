@@ -352,6 +352,9 @@ func (h *harness) do(token, method, path, body string) (int, map[string]any) {
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+secrets[token])
 	}
+	if mutating(method) {
+		req.Header.Set("Content-Type", "application/json")
+	}
 	rec := httptest.NewRecorder()
 	h.srv.ServeHTTP(rec, req)
 	var out map[string]any

@@ -143,6 +143,11 @@ func (a *API) getBreaker(w http.ResponseWriter, r *http.Request) {
 
 // scanBreakers lists the running breakers of this deployment from visibility, by queue.
 func (a *API) scanBreakers(ctx context.Context) ([]BreakerView, bool, error) {
+	release, err := a.acquireScan()
+	if err != nil {
+		return nil, false, err
+	}
+	defer release()
 	query := visibility.BreakerWorkflows(visibility.Running, a.cfg.TaskQueue).String()
 	var views []BreakerView
 	var token []byte

@@ -141,8 +141,13 @@ func (a *API) list(w http.ResponseWriter, r *http.Request, f Filter, o order, en
 }
 
 // scan reads every execution matching query, up to MaxScan; it reports whether there were
-// more.
+// more. It is one of MaxScans at a time (errBusy beyond them).
 func (a *API) scan(ctx context.Context, query string) ([]Item, bool, error) {
+	release, err := a.acquireScan()
+	if err != nil {
+		return nil, false, err
+	}
+	defer release()
 	var items []Item
 	var token []byte
 	for {
@@ -205,7 +210,11 @@ func itemOf(e *workflowpb.WorkflowExecutionInfo) Item {
 	it.NextRetryAt = tm(workflows.SANextRetryTime.GetName())
 	it.DeadAt = tm(workflows.SADeadAt.GetName())
 	// A hashed workflow ID does not name the message; enrich fills it from the state.
-	it.MessageID, _ = message.MessageIDOf(it.ID, it.Queue)
+	var ok bool
+	if it.MessageID, ok = message.MessageIDOf(it.ID, it.Queue); !ok {
+		// A run started under the legacy ID of a queue holding '/' or '%'.
+		it.MessageID, _ = message.LegacyMessageIDOf(it.ID, it.Queue)
+	}
 	return it
 }
 

@@ -54,7 +54,7 @@ func (p *Reporter) now() time.Time {
 // bridge.Config.Hold): what is left of the first retry's delay, counted from when the bridge
 // received the report, when that delay is at most HoldMax; else 0, report at once.
 func (p *Reporter) HoldFor(r message.FailureReport) time.Duration {
-	_, due, ok := p.holdable(workflowID(r), r)
+	_, due, ok := p.holdable(reportWorkflowID(r), r)
 	if !ok {
 		return 0
 	}
@@ -105,18 +105,11 @@ func (p *Reporter) Report(ctx context.Context, r message.FailureReport) error {
 	return err
 }
 
-// workflowID is the workflow report r goes to: a parked poison delivery's own, under the
-// ingress queue it arrived on (the ID its envelope names), so that it never lands in the
-// workflow of a message reported normally; else the message's.
-func workflowID(r message.FailureReport) string {
-	if p := r.Poison; p != nil && p.IngressQueue != "" {
-		return message.PoisonWorkflowID(p.IngressQueue, r.Message.OriginalQueue, r.Message.MessageID)
-	}
-	return message.WorkflowID(r.Message.OriginalQueue, r.Message.MessageID)
-}
-
 func (p *Reporter) report(ctx context.Context, r message.FailureReport) error {
-	id := workflowID(r)
+	id, err := p.workflowID(ctx, r)
+	if err != nil {
+		return err
+	}
 	opts := client.StartWorkflowOptions{
 		ID:        id,
 		TaskQueue: p.TaskQueue,

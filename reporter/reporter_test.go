@@ -109,7 +109,7 @@ func TestProbe(t *testing.T) {
 // A parked poison delivery goes to the workflow its envelope names, under the ingress: never
 // into the workflow of the same message reported normally, which may be live.
 func TestReportParksPoisonUnderTheIngress(t *testing.T) {
-	c := &fakeClient{}
+	c := &fakeClient{describeErr: serviceerror.NewNotFound("no legacy run")}
 	r := firstReport(policy.Default(3, 2*time.Second, time.Minute))
 	r.Poison = &message.Poison{Kind: message.PoisonKindPoison, Reason: "bad", IngressQueue: "retry.scheduled"}
 	require.NoError(t, (&Reporter{Client: c, TaskQueue: "tq"}).Report(t.Context(), r))

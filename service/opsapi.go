@@ -66,6 +66,7 @@ func mountOpsAPI(mux *http.ServeMux, cfg config.Config, tc ops.Temporal, dc conv
 		Namespace:     cfg.Namespace,
 		TaskQueue:     cfg.TaskQueue,
 		ReplayRate:    float64(cfg.ReplayRate),
+		MaxScans:      cfg.APIMaxScans,
 		WebUIURL:      cfg.TemporalUIURL,
 		Logger:        logger,
 		BreakerSettings: func(queue string) policy.Breaker {

@@ -45,12 +45,31 @@ const (
 )
 
 // The ops HTTP server's bounds: a client gets readHeaderTimeout to send its request headers
-// (slow clients cannot hold connections open), and a stopping server lets requests in
-// flight finish for up to shutdownTimeout.
+// and readTimeout for the whole request (API bodies are small JSON), so slow clients cannot
+// hold connections open; an idle keep-alive connection is closed after idleTimeout. A
+// response must be written within writeTimeout, above the longest bounded API call
+// (ops.BoundedCallTimeout, a bulk action); replay, purge and retry-matching, which run at the
+// replay rate as long as their caller waits, lift it for themselves. A stopping server lets
+// requests in flight finish for up to shutdownTimeout.
 const (
 	readHeaderTimeout = 5 * time.Second
+	readTimeout       = 30 * time.Second
+	writeTimeout      = ops.BoundedCallTimeout + 30*time.Second
+	idleTimeout       = 2 * time.Minute
 	shutdownTimeout   = 5 * time.Second
 )
+
+// newHTTPServer is the ops HTTP server on addr with its bounds.
+func newHTTPServer(addr string, h http.Handler) *http.Server {
+	return &http.Server{
+		Addr:              addr,
+		Handler:           h,
+		ReadHeaderTimeout: readHeaderTimeout,
+		ReadTimeout:       readTimeout,
+		WriteTimeout:      writeTimeout,
+		IdleTimeout:       idleTimeout,
+	}
+}
 
 // Run runs the configured mode until ctx is done, then shuts down gracefully. A fatal worker
 // error shuts it down too, and Run then returns that error.
@@ -237,11 +256,7 @@ func Run(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 	} else if h != nil {
 		mux.Handle(CodecPath, h)
 	}
-	srv := &http.Server{
-		Addr:              cfg.HTTPAddr,
-		Handler:           mux,
-		ReadHeaderTimeout: readHeaderTimeout,
-	}
+	srv := newHTTPServer(cfg.HTTPAddr, mux)
 	g.Go(func() error {
 		logger.Info("http listening", "addr", srv.Addr, "mode", cfg.Mode, "service", cfg.ServiceName, "service_version", cfg.ServiceVersion)
 		if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {

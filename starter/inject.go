@@ -46,6 +46,6 @@ func inject(ctx context.Context, args []string, logger *slog.Logger) error {
 	}); err != nil {
 		return fmt.Errorf("publish to %s: %w", *ingress, err)
 	}
-	fmt.Printf("injected %s for queue %s (workflow retry/%s/%s)\n", m.MessageID, m.OriginalQueue, m.OriginalQueue, m.MessageID)
+	fmt.Printf("injected %s for queue %s (workflow %s)\n", m.MessageID, m.OriginalQueue, message.WorkflowID(m.OriginalQueue, m.MessageID))
 	return nil
 }

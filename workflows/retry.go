@@ -33,7 +33,7 @@ var (
 			InitialInterval:        time.Second,
 			BackoffCoefficient:     2,
 			MaximumInterval:        time.Minute,
-			NonRetryableErrorTypes: []string{activities.ErrTypeUnroutable},
+			NonRetryableErrorTypes: []string{activities.ErrTypeUnroutable, activities.ErrTypeUnpublishable},
 		},
 	}
 	deadLetterOptions = republishOptions
@@ -482,8 +482,11 @@ func (r *retryRun) republish() {
 		if errors.As(err, &appErr) {
 			// The activity's own message; err.Error() repeats the whole wrapped chain.
 			detail = appErr.Message()
-			if appErr.Type() == activities.ErrTypeUnroutable {
+			switch appErr.Type() {
+			case activities.ErrTypeUnroutable:
 				cause = CauseUnroutable
+			case activities.ErrTypeUnpublishable:
+				cause = CauseUnpublishable
 			}
 		}
 		r.toDead(cause, detail)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -479,6 +480,25 @@ func (s *retrySuite) TestUnroutableDestinationIsPermanent() {
 	s.result()
 	s.Equal(StatusDead, st.Status)
 	s.Equal(CauseUnroutable, st.DeadReason)
+}
+
+// A message whose own content cannot be published (a correlation id over AMQP's 255-byte
+// short strings) is dead at once, with a reason naming the field: no publish loop.
+func (s *retrySuite) TestUnpublishableMessageIsDeadLettered() {
+	var st State
+	s.queryAt(11*time.Second, &st)
+	r := report(fixedPolicy(3), 0, transient)
+	r.Message.CorrelationID = strings.Repeat("c", 300)
+	s.start(r)
+
+	s.result()
+	s.Equal(StatusDead, st.Status)
+	s.Equal(CauseUnpublishable, st.DeadReason)
+	s.Contains(st.DeadDetail, "correlation_id is 300 bytes")
+	s.Empty(s.pub.to(testQueue), "nothing reached the publisher")
+	envs := s.envelopes()
+	s.Require().Len(envs, 1, "dead-lettered, its envelope published")
+	s.Equal(CauseUnpublishable, envs[0].DeadReason)
 }
 
 func (s *retrySuite) TestFirstReportBySignalWithStart() {

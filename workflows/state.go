@@ -36,6 +36,7 @@ func (s Status) Terminal() bool {
 const (
 	CauseSkipped        = "skipped"
 	CauseUnroutable     = "unroutable"
+	CauseUnpublishable  = "unpublishable"
 	CauseRepublishError = "republish-failed"
 )
 

@@ -21,7 +21,8 @@ async function api(method, path, body) {
   const headers = { 'Accept': 'application/json' };
   const token = sessionStorage.getItem(TOKEN_KEY);
   if (token) headers['Authorization'] = 'Bearer ' + token;
-  if (body !== undefined) headers['Content-Type'] = 'application/json';
+  // Every state-changing call is JSON, with or without a body: the API refuses any other.
+  if (method !== 'GET') headers['Content-Type'] = 'application/json';
   const resp = await fetch('/api/' + path, { method, headers, body: body === undefined ? undefined : JSON.stringify(body) });
   let data = null;
   try { data = await resp.json(); } catch (_) { /* not JSON */ }
