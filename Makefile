@@ -168,7 +168,7 @@ endif
 # the port, in which case nothing is stopped at the end. TEMPORAL=postgres runs the
 # Temporal server on PostgreSQL instead (cmd/devserver's durable databases,
 # retry_scheduler_temporal and _visibility, upgraded in place at each start; no Web UI).
-run: $(RUN_DEPS) rabbitmq ## Run locally: the Temporal dev server (UI on :8233; TEMPORAL=postgres: on PostgreSQL) and `retry-scheduler all`
+run: $(RUN_DEPS) rabbitmq ## Run locally: the Temporal dev server (UI on :8233; TEMPORAL=postgres: on PostgreSQL) and `retry-scheduler all`, its ops page on 127.0.0.1
 	@set -uo pipefail; mkdir -p $(CACHE) bin; \
 	case "$(TEMPORAL)" in dev|postgres) ;; *) echo "TEMPORAL=$(TEMPORAL): want dev or postgres" >&2; exit 2;; esac; \
 	$(GO) build -o bin/devserver ./cmd/devserver || exit 1; \
@@ -193,7 +193,7 @@ run: $(RUN_DEPS) rabbitmq ## Run locally: the Temporal dev server (UI on :8233; 
 		dev_token=$$(head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n'); api_tokens="dev:admin=$$dev_token"; \
 		echo "Ops page http://127.0.0.1:$${HTTP_PORT:-8086}/ - sign in with this run's admin token: $$dev_token"; \
 	fi; \
-	API_TOKENS=$$api_tokens TEMPORAL_ADDRESS=$$addr TEMPORAL_UI_URL=$${TEMPORAL_UI_URL:-$$([ "$(TEMPORAL)" = postgres ] || echo http://127.0.0.1:$$(( $(TEMPORAL_PORT) + 1000 )))} $(GO) run -ldflags "$(LDFLAGS)" ./cmd/retry-scheduler all
+	API_TOKENS=$$api_tokens HTTP_ADDR=$${HTTP_ADDR:-127.0.0.1:$${HTTP_PORT:-8086}} TEMPORAL_ADDRESS=$$addr TEMPORAL_UI_URL=$${TEMPORAL_UI_URL:-$$([ "$(TEMPORAL)" = postgres ] || echo http://127.0.0.1:$$(( $(TEMPORAL_PORT) + 1000 )))} $(GO) run -ldflags "$(LDFLAGS)" ./cmd/retry-scheduler all
 
 test: tools temporal-server rabbitmq ## lint, unit tests with the coverage gate, integration tests on one dev server (e2e again on PostgreSQL), short fuzz runs
 	@status=0; \

@@ -182,7 +182,7 @@ func (a *Activities) DeadLetter(ctx context.Context, in DeadLetterInput) error {
 	env := in.Envelope
 	log := messageLogger(a.logger(), message.Message{MessageID: env.MessageID, CorrelationID: env.CorrelationID}).
 		With("dlq_id", env.DLQID, "queue", env.OriginalQueue, "dead_letter_queue", in.Queue, "dead_reason", env.DeadReason)
-	opts := deadletter.Options{AppID: a.ServiceName, TTL: a.DeadLetterTTL, Now: a.now}
+	opts := deadletter.Options{AppID: a.ServiceName, TTL: a.DeadLetterTTL, Now: a.now, MaxBytes: a.DeadLetterMaxBytes}
 	err := deadletter.Publish(ctx, a.Publisher, in.Queue, env, opts)
 	switch {
 	case err == nil:

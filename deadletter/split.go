@@ -8,6 +8,7 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"retry-scheduler/broker"
 	"retry-scheduler/message"
 )
 
@@ -129,7 +130,7 @@ func payloadPublishing(env message.Envelope, ref *message.PayloadRef, envPub amq
 // its max_message_size, or CONTENT_TOO_LARGE). A broker that is down, blocks publishers or
 // times out is not a refusal: that passes.
 func IsRefused(err error) bool {
-	if errors.Is(err, ErrUnpublishable) {
+	if errors.Is(err, ErrUnpublishable) || errors.Is(err, broker.ErrUnpublishable) || errors.Is(err, broker.ErrRefused) {
 		return true
 	}
 	var ae *amqp.Error

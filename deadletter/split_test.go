@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"retry-scheduler/broker"
 	"retry-scheduler/message"
 )
 
@@ -158,6 +159,8 @@ func TestIsRefused(t *testing.T) {
 		{fmt.Errorf("x: %w", ErrUnpublishable), true},
 		{fmt.Errorf("channel closed: %w", &amqp.Error{Code: amqp.PreconditionFailed}), true},
 		{&amqp.Error{Code: amqp.ContentTooLarge}, true},
+		{fmt.Errorf("publish: %w: 406 PRECONDITION_FAILED", broker.ErrRefused), true},
+		{fmt.Errorf("check: %w", broker.ErrUnpublishable), true},
 		{fmt.Errorf("channel closed: %w", &amqp.Error{Code: amqp.ConnectionForced}), false},
 		{errors.New("dial tcp: connection refused"), false},
 		{context.DeadlineExceeded, false},

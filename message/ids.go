@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"strings"
+	"unicode/utf8"
 )
 
 // MaxMessageIDLen is the longest message id used as given; longer ids get the fallback. It
@@ -121,8 +122,8 @@ func LegacyMessageIDOf(workflowID, originalQueue string) (messageID string, ok b
 	return strings.CutPrefix(workflowID, workflowIDPrefix+originalQueue+"/")
 }
 
-// FallbackMessageID is the documented id of a message that has no usable id (none, or
-// longer than MaxMessageIDLen): a hash of its queue and body, so that the same failed
+// FallbackMessageID is the documented id of a message that has no usable id (none, longer
+// than MaxMessageIDLen, with control characters or not UTF-8): a hash of its queue and body, so that the same failed
 // message always maps to the same workflow.
 func FallbackMessageID(originalQueue string, payload []byte) string {
 	h := sha256.New()
@@ -134,7 +135,7 @@ func FallbackMessageID(originalQueue string, payload []byte) string {
 
 // MessageIDOrFallback returns id when it is usable, else the fallback.
 func MessageIDOrFallback(id, originalQueue string, payload []byte) string {
-	if id == "" || len(id) > MaxMessageIDLen || strings.ContainsAny(id, "\x00\n\r") {
+	if id == "" || len(id) > MaxMessageIDLen || strings.ContainsAny(id, "\x00\n\r") || !utf8.ValidString(id) {
 		return FallbackMessageID(originalQueue, payload)
 	}
 	return id

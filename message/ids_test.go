@@ -28,6 +28,7 @@ func TestMessageIDOrFallback(t *testing.T) {
 		strings.Repeat("x", MaxMessageIDLen):   strings.Repeat("x", MaxMessageIDLen),
 		strings.Repeat("x", MaxMessageIDLen+1): fb,
 		"bad\nid":                              fb,
+		"not-utf8-\xff":                        fb,
 	}
 	for in, want := range cases {
 		require.Equal(t, want, MessageIDOrFallback(in, "orders", body), "id %q", in)
