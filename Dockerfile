@@ -6,7 +6,7 @@
 #     --build-arg REVISION=$(git rev-parse HEAD) \
 #     --build-arg SOURCE=https://example.com/your/retry-scheduler .
 #
-# VERSION and REVISION are stamped into the binary (retry-scheduler/buildinfo): they are what
+# VERSION and REVISION are stamped into the binary (github.com/retry-scheduler/retry-scheduler/buildinfo): they are what
 # `retry-scheduler -version`, the retry_scheduler_build_info metric and the default
 # SERVICE_VERSION say, and the image's labels. .dockerignore keeps .git out of the context, so
 # nothing can be read from git in here: without the arguments the image says "dev" and
@@ -26,7 +26,7 @@ ARG REVISION=
 RUN --mount=type=cache,target=/go/pkg/mod \
     --mount=type=cache,target=/root/.cache/go-build \
     go build -trimpath \
-      -ldflags "-s -w -X retry-scheduler/buildinfo.version=${VERSION} -X retry-scheduler/buildinfo.revision=${REVISION}" \
+      -ldflags "-s -w -X github.com/retry-scheduler/retry-scheduler/buildinfo.version=${VERSION} -X github.com/retry-scheduler/retry-scheduler/buildinfo.revision=${REVISION}" \
       -o /out/retry-scheduler ./cmd/retry-scheduler
 
 # A static binary needs no libc: distroless static, its nonroot variant. Pinned by tag, not

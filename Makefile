@@ -36,7 +36,7 @@ TEMPORAL_PORT ?= 7233
 FUZZ_TIME ?= 10s
 FUZZ_LONG_TIME ?= 2m
 # The unit tier's coverage gate: package=minimum percent (internal/testreport).
-COVERAGE_GATES ?= retry-scheduler/workflows=85,retry-scheduler/policy=85
+COVERAGE_GATES ?= github.com/retry-scheduler/retry-scheduler/workflows=85,github.com/retry-scheduler/retry-scheduler/policy=85
 # Passed to the integration tier's go test, and to test-e2e-postgres's.
 INTEGRATION_TIMEOUT ?= 30m
 E2E_TIMEOUT ?= 15m
@@ -133,7 +133,7 @@ rabbitmq: ## Make sure RabbitMQ answers at RABBITMQ_URL (starts a local rabbitmq
 # metric, the default SERVICE_VERSION) and the image's labels.
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 REVISION ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
-LDFLAGS := -X retry-scheduler/buildinfo.version=$(VERSION) -X retry-scheduler/buildinfo.revision=$(REVISION)
+LDFLAGS := -X github.com/retry-scheduler/retry-scheduler/buildinfo.version=$(VERSION) -X github.com/retry-scheduler/retry-scheduler/buildinfo.revision=$(REVISION)
 IMAGE ?= retry-scheduler
 
 build: ## Build all commands into bin/, version-stamped

@@ -1,4 +1,4 @@
-module retry-scheduler
+module github.com/retry-scheduler/retry-scheduler
 
 go 1.26.8
 

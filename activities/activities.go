@@ -8,9 +8,9 @@ import (
 	"log/slog"
 	"time"
 
-	"retry-scheduler/deadletter"
-	"retry-scheduler/message"
-	"retry-scheduler/policy"
+	"github.com/retry-scheduler/retry-scheduler/deadletter"
+	"github.com/retry-scheduler/retry-scheduler/message"
+	"github.com/retry-scheduler/retry-scheduler/policy"
 )
 
 // Activity names, as registered on the worker.

@@ -16,9 +16,9 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/temporal"
 
-	"retry-scheduler/broker"
-	"retry-scheduler/broker/brokertest"
-	"retry-scheduler/message"
+	"github.com/retry-scheduler/retry-scheduler/broker"
+	"github.com/retry-scheduler/retry-scheduler/broker/brokertest"
+	"github.com/retry-scheduler/retry-scheduler/message"
 )
 
 func rabbitCfg(t *testing.T) broker.Config {

@@ -14,8 +14,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"retry-scheduler/broker"
-	"retry-scheduler/message"
+	"github.com/retry-scheduler/retry-scheduler/broker"
+	"github.com/retry-scheduler/retry-scheduler/message"
 )
 
 func TestDeadLetterExpiresWithTheRetentionAndCarriesTheLastError(t *testing.T) {

@@ -5,10 +5,10 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"retry-scheduler/broker"
+	"github.com/retry-scheduler/retry-scheduler/broker"
 
-	"retry-scheduler/metrics/labels"
-	"retry-scheduler/metrics/promreg"
+	"github.com/retry-scheduler/retry-scheduler/metrics/labels"
+	"github.com/retry-scheduler/retry-scheduler/metrics/promreg"
 )
 
 // Retry outcomes, the status label of retries_executed_total.

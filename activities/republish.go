@@ -13,10 +13,10 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"go.temporal.io/sdk/temporal"
 
-	"retry-scheduler/broker"
-	"retry-scheduler/deadletter"
-	"retry-scheduler/message"
-	"retry-scheduler/tracing"
+	"github.com/retry-scheduler/retry-scheduler/broker"
+	"github.com/retry-scheduler/retry-scheduler/deadletter"
+	"github.com/retry-scheduler/retry-scheduler/message"
+	"github.com/retry-scheduler/retry-scheduler/tracing"
 )
 
 // Republish puts the message back where it came from as retry in.Attempt: confirmed,
@@ -121,7 +121,7 @@ const (
 )
 
 // tracerName is the activities' instrumentation scope.
-const tracerName = "retry-scheduler/activities"
+const tracerName = "github.com/retry-scheduler/retry-scheduler/activities"
 
 // startRepublishSpan starts the producer span of a republish, from the global tracer provider
 // (a no-op while tracing is off: no attribute is built for a span that does not record).

@@ -9,7 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/temporal"
 
-	"retry-scheduler/broker"
+	"github.com/retry-scheduler/retry-scheduler/broker"
 )
 
 // A message whose own content cannot go on the wire is refused before the publisher, once

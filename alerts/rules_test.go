@@ -12,8 +12,8 @@ import (
 
 	"gopkg.in/yaml.v3"
 
-	"retry-scheduler/internal/promql"
-	"retry-scheduler/internal/testenv"
+	"github.com/retry-scheduler/retry-scheduler/internal/promql"
+	"github.com/retry-scheduler/retry-scheduler/internal/testenv"
 )
 
 const rulesFile = "retry-scheduler.rules.yml"

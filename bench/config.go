@@ -11,8 +11,8 @@ import (
 	"strings"
 	"time"
 
-	"retry-scheduler/broker/brokertest"
-	"retry-scheduler/devserver"
+	"github.com/retry-scheduler/retry-scheduler/broker/brokertest"
+	"github.com/retry-scheduler/retry-scheduler/devserver"
 )
 
 // Phases, in the order they run.

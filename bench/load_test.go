@@ -6,7 +6,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 
-	"retry-scheduler/devserver"
+	"github.com/retry-scheduler/retry-scheduler/devserver"
 )
 
 func TestSummarizeNearestRank(t *testing.T) {

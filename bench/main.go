@@ -28,7 +28,7 @@ import (
 
 	sdklog "go.temporal.io/sdk/log"
 
-	"retry-scheduler/devserver"
+	"github.com/retry-scheduler/retry-scheduler/devserver"
 )
 
 func main() {

@@ -15,7 +15,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"retry-scheduler/devserver"
+	"github.com/retry-scheduler/retry-scheduler/devserver"
 )
 
 // report is the JSON written under bench/results and the source of the table.

@@ -6,8 +6,8 @@ import (
 	"os"
 	"time"
 
-	"retry-scheduler/internal/proc"
-	"retry-scheduler/service"
+	"github.com/retry-scheduler/retry-scheduler/internal/proc"
+	"github.com/retry-scheduler/retry-scheduler/service"
 )
 
 // serveArg, as the first argument, makes this binary run the service instead of the

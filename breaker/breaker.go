@@ -25,8 +25,8 @@ import (
 	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/temporal"
 
-	"retry-scheduler/message"
-	"retry-scheduler/workflows"
+	"github.com/retry-scheduler/retry-scheduler/message"
+	"github.com/retry-scheduler/retry-scheduler/workflows"
 )
 
 // Defaults of the processes' breaker settings (BREAKER_REFRESH, BREAKER_FLUSH).

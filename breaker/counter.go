@@ -13,9 +13,9 @@ import (
 	"go.temporal.io/sdk/temporal"
 	"golang.org/x/sync/errgroup"
 
-	"retry-scheduler/message"
-	"retry-scheduler/policy"
-	"retry-scheduler/workflows"
+	"github.com/retry-scheduler/retry-scheduler/message"
+	"github.com/retry-scheduler/retry-scheduler/policy"
+	"github.com/retry-scheduler/retry-scheduler/workflows"
 )
 
 // CounterConfig configures a Counter.

@@ -9,9 +9,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"retry-scheduler/message"
-	"retry-scheduler/policy"
-	"retry-scheduler/workflows"
+	"github.com/retry-scheduler/retry-scheduler/message"
+	"github.com/retry-scheduler/retry-scheduler/policy"
+	"github.com/retry-scheduler/retry-scheduler/workflows"
 )
 
 func newTestCounter(f *fakeSignaller) *Counter {

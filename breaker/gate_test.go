@@ -10,8 +10,8 @@ import (
 	"github.com/stretchr/testify/require"
 	workflowpb "go.temporal.io/api/workflow/v1"
 
-	"retry-scheduler/message"
-	"retry-scheduler/workflows"
+	"github.com/retry-scheduler/retry-scheduler/message"
+	"github.com/retry-scheduler/retry-scheduler/workflows"
 )
 
 func breakerExec(t *testing.T, queue string, mode workflows.BreakerMode) *workflowpb.WorkflowExecutionInfo {

@@ -8,8 +8,8 @@ import (
 
 	workflowpb "go.temporal.io/api/workflow/v1"
 
-	"retry-scheduler/visibility"
-	"retry-scheduler/workflows"
+	"github.com/retry-scheduler/retry-scheduler/visibility"
+	"github.com/retry-scheduler/retry-scheduler/workflows"
 )
 
 // HeldLister lists the held retries of a destination (activities.HeldLister): running

@@ -15,10 +15,10 @@ import (
 	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/temporal"
 
-	"retry-scheduler/devserver"
-	"retry-scheduler/message"
-	"retry-scheduler/policy"
-	"retry-scheduler/workflows"
+	"github.com/retry-scheduler/retry-scheduler/devserver"
+	"github.com/retry-scheduler/retry-scheduler/message"
+	"github.com/retry-scheduler/retry-scheduler/policy"
+	"github.com/retry-scheduler/retry-scheduler/workflows"
 )
 
 // The package against a real server's visibility (the dev server's SQLite: no ORDER BY) and

@@ -12,8 +12,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"retry-scheduler/deadletter"
-	"retry-scheduler/message"
+	"github.com/retry-scheduler/retry-scheduler/deadletter"
+	"github.com/retry-scheduler/retry-scheduler/message"
 )
 
 func TestProcessOversizeOverTheDeadLetterLimitSendsThePayloadApart(t *testing.T) {

@@ -8,7 +8,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/assert"
 
-	"retry-scheduler/policy"
+	"github.com/retry-scheduler/retry-scheduler/policy"
 )
 
 // fakeBreakers records the failures counted, by queue.

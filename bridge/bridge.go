@@ -24,8 +24,8 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
-	"retry-scheduler/deadletter"
-	"retry-scheduler/message"
+	"github.com/retry-scheduler/retry-scheduler/deadletter"
+	"github.com/retry-scheduler/retry-scheduler/message"
 )
 
 // Reporter hands a report to Temporal. A nil error means Temporal durably accepted it (so the

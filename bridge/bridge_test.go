@@ -16,7 +16,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"retry-scheduler/message"
+	"github.com/retry-scheduler/retry-scheduler/message"
 )
 
 // fakeAck records how a delivery was settled.

@@ -16,8 +16,8 @@ import (
 	"github.com/stretchr/testify/require"
 	"google.golang.org/protobuf/encoding/protowire"
 
-	"retry-scheduler/message"
-	"retry-scheduler/policy"
+	"github.com/retry-scheduler/retry-scheduler/message"
+	"github.com/retry-scheduler/retry-scheduler/policy"
 )
 
 // retryMessageProto is the protobuf contract shipped to producers.

@@ -13,8 +13,8 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
-	"retry-scheduler/message"
-	"retry-scheduler/policy"
+	"github.com/retry-scheduler/retry-scheduler/message"
+	"github.com/retry-scheduler/retry-scheduler/policy"
 )
 
 // Sources of a FailureReport (FailureReport.Source).

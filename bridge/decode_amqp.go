@@ -6,8 +6,8 @@ import (
 	"strings"
 	"unicode/utf8"
 
-	"retry-scheduler/message"
-	"retry-scheduler/policy"
+	"github.com/retry-scheduler/retry-scheduler/message"
+	"github.com/retry-scheduler/retry-scheduler/policy"
 )
 
 // The checks of what a republish will write as AMQP short strings. amqp091-go refuses a

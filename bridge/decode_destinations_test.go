@@ -10,9 +10,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"retry-scheduler/deadletter"
-	"retry-scheduler/message"
-	"retry-scheduler/policy"
+	"github.com/retry-scheduler/retry-scheduler/deadletter"
+	"github.com/retry-scheduler/retry-scheduler/message"
+	"github.com/retry-scheduler/retry-scheduler/policy"
 )
 
 // Every value the republish writes as an AMQP short string is checked at decode: over 255

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"retry-scheduler/message"
+	"github.com/retry-scheduler/retry-scheduler/message"
 )
 
 // looksLikeRetryMessage reports whether body is a JSON object with an original_queue key: the

@@ -6,7 +6,7 @@ import (
 
 	"google.golang.org/protobuf/encoding/protowire"
 
-	"retry-scheduler/message"
+	"github.com/retry-scheduler/retry-scheduler/message"
 )
 
 // protoFields are the fields of RetryMessage's protobuf form by number, with their names and

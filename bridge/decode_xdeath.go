@@ -10,7 +10,7 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
-	"retry-scheduler/message"
+	"github.com/retry-scheduler/retry-scheduler/message"
 )
 
 // maxRetryKeyLen bounds x-retry-key; ours are "<message_id>:<n>", well under it.

@@ -14,9 +14,9 @@ import (
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
 
-	"retry-scheduler/deadletter"
-	"retry-scheduler/message"
-	"retry-scheduler/tracing"
+	"github.com/retry-scheduler/retry-scheduler/deadletter"
+	"github.com/retry-scheduler/retry-scheduler/message"
+	"github.com/retry-scheduler/retry-scheduler/tracing"
 )
 
 // handle processes one entry and reports the outcome to the loop. The results channel has
@@ -173,7 +173,7 @@ func endDeliverSpan(span trace.Span, r result) {
 }
 
 // tracerName is the bridge's instrumentation scope.
-const tracerName = "retry-scheduler/bridge"
+const tracerName = "github.com/retry-scheduler/retry-scheduler/bridge"
 
 // countBreakerFailure counts an accepted report of a failed retry towards its destination's
 // breaker. Counted once the delivery is acked, so a redelivery after a failed ack counts it

@@ -8,9 +8,9 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
-	"retry-scheduler/deadletter"
-	"retry-scheduler/message"
-	"retry-scheduler/message/headertest"
+	"github.com/retry-scheduler/retry-scheduler/deadletter"
+	"github.com/retry-scheduler/retry-scheduler/message"
+	"github.com/retry-scheduler/retry-scheduler/message/headertest"
 )
 
 // headerNames are the names the decoder looks at, in the spellings producers use, plus a

@@ -26,10 +26,10 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"retry-scheduler/broker"
-	"retry-scheduler/broker/brokertest"
-	"retry-scheduler/internal/testenv"
-	"retry-scheduler/message"
+	"github.com/retry-scheduler/retry-scheduler/broker"
+	"github.com/retry-scheduler/retry-scheduler/broker/brokertest"
+	"github.com/retry-scheduler/retry-scheduler/internal/testenv"
+	"github.com/retry-scheduler/retry-scheduler/message"
 )
 
 // recordingStarter records reports and can be made to fail; every call is an event on calls.

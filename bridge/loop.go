@@ -11,7 +11,7 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
-	"retry-scheduler/message"
+	"github.com/retry-scheduler/retry-scheduler/message"
 )
 
 // entry is a delivery in the bridge's hands, with the failed reports counted against it.

@@ -5,8 +5,8 @@ import (
 	"log/slog"
 	"unicode/utf8"
 
-	"retry-scheduler/message"
-	"retry-scheduler/policy"
+	"github.com/retry-scheduler/retry-scheduler/message"
+	"github.com/retry-scheduler/retry-scheduler/policy"
 )
 
 // maxParkedHeaderBytes bounds the headers of a poison delivery kept in its parked workflow;

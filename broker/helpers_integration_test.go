@@ -4,9 +4,9 @@ package broker
 
 import (
 	"fmt"
+	"github.com/retry-scheduler/retry-scheduler/broker/brokertest"
+	"github.com/retry-scheduler/retry-scheduler/internal/testenv"
 	"os/exec"
-	"retry-scheduler/broker/brokertest"
-	"retry-scheduler/internal/testenv"
 	"runtime"
 	"strings"
 	"sync/atomic"

@@ -13,9 +13,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"retry-scheduler/broker"
-	"retry-scheduler/broker/brokertest"
-	"retry-scheduler/config"
+	"github.com/retry-scheduler/retry-scheduler/broker"
+	"github.com/retry-scheduler/retry-scheduler/broker/brokertest"
+	"github.com/retry-scheduler/retry-scheduler/config"
 )
 
 // This file is an external test (package broker_test) because it loads the service's settings

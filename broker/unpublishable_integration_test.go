@@ -16,7 +16,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"retry-scheduler/broker/brokertest"
+	"github.com/retry-scheduler/retry-scheduler/broker/brokertest"
 )
 
 // goodPublishes publishes n messages to q concurrently with the test's own publish, and returns

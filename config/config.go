@@ -21,15 +21,15 @@ import (
 
 	"go.temporal.io/sdk/client"
 
-	"retry-scheduler/breaker"
-	"retry-scheduler/bridge"
-	"retry-scheduler/broker"
-	"retry-scheduler/buildinfo"
-	"retry-scheduler/deadletter"
-	"retry-scheduler/metrics/labels"
-	"retry-scheduler/policy"
-	"retry-scheduler/worker"
-	"retry-scheduler/workflows"
+	"github.com/retry-scheduler/retry-scheduler/breaker"
+	"github.com/retry-scheduler/retry-scheduler/bridge"
+	"github.com/retry-scheduler/retry-scheduler/broker"
+	"github.com/retry-scheduler/retry-scheduler/buildinfo"
+	"github.com/retry-scheduler/retry-scheduler/deadletter"
+	"github.com/retry-scheduler/retry-scheduler/metrics/labels"
+	"github.com/retry-scheduler/retry-scheduler/policy"
+	"github.com/retry-scheduler/retry-scheduler/worker"
+	"github.com/retry-scheduler/retry-scheduler/workflows"
 )
 
 // Modes: what a process runs.

@@ -11,7 +11,7 @@ import (
 	"strconv"
 	"strings"
 
-	"retry-scheduler/codec"
+	"github.com/retry-scheduler/retry-scheduler/codec"
 )
 
 // Values of TemporalTLS.

@@ -12,7 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"retry-scheduler/broker/brokertest"
+	"github.com/retry-scheduler/retry-scheduler/broker/brokertest"
 )
 
 // securityTested lists the settings TestSecurityEnvAndFlags covers, for TestEnvAndFlags.

@@ -9,8 +9,8 @@ import (
 	"strings"
 	"time"
 
-	"retry-scheduler/broker"
-	"retry-scheduler/metrics/labels"
+	"github.com/retry-scheduler/retry-scheduler/broker"
+	"github.com/retry-scheduler/retry-scheduler/metrics/labels"
 )
 
 // A setting is one configuration value: its environment variable, what it means, and its

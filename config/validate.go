@@ -8,8 +8,8 @@ import (
 	"strconv"
 	"strings"
 
-	"retry-scheduler/broker"
-	"retry-scheduler/deadletter"
+	"github.com/retry-scheduler/retry-scheduler/broker"
+	"github.com/retry-scheduler/retry-scheduler/deadletter"
 )
 
 // Validate checks every setting and reports all problems, each naming the setting's

@@ -13,7 +13,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"retry-scheduler/message"
+	"github.com/retry-scheduler/retry-scheduler/message"
 )
 
 type published struct {

@@ -25,7 +25,7 @@ import (
 	"syscall"
 	"time"
 
-	"retry-scheduler/internal/proc"
+	"github.com/retry-scheduler/retry-scheduler/internal/proc"
 
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"

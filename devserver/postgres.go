@@ -20,7 +20,7 @@ import (
 	"text/template"
 	"time"
 
-	"retry-scheduler/internal/proc"
+	"github.com/retry-scheduler/retry-scheduler/internal/proc"
 
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/operatorservice/v1"

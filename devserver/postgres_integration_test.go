@@ -24,7 +24,7 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 
-	"retry-scheduler/workflows"
+	"github.com/retry-scheduler/retry-scheduler/workflows"
 )
 
 func postgresOptions(t *testing.T) Options {

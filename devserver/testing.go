@@ -14,8 +14,8 @@ import (
 	"go.temporal.io/sdk/client"
 	sdklog "go.temporal.io/sdk/log"
 
-	"retry-scheduler/internal/proc"
-	"retry-scheduler/internal/testenv"
+	"github.com/retry-scheduler/retry-scheduler/internal/proc"
+	"github.com/retry-scheduler/retry-scheduler/internal/testenv"
 )
 
 // StartForTest returns a dev server for an integration test. When TEMPORAL_ADDRESS is

@@ -19,9 +19,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"retry-scheduler/internal/testenv"
-	"retry-scheduler/message"
-	"retry-scheduler/workflows"
+	"github.com/retry-scheduler/retry-scheduler/internal/testenv"
+	"github.com/retry-scheduler/retry-scheduler/message"
+	"github.com/retry-scheduler/retry-scheduler/workflows"
 )
 
 // chromiumPath is Debian's chromium (apt-get install -y chromium; `make tools` installs it);

@@ -17,10 +17,10 @@ import (
 	"go.temporal.io/sdk/client"
 	"gopkg.in/yaml.v3"
 
-	"retry-scheduler/deploy/grafana"
-	"retry-scheduler/internal/promql"
-	"retry-scheduler/message"
-	"retry-scheduler/workflows"
+	"github.com/retry-scheduler/retry-scheduler/deploy/grafana"
+	"github.com/retry-scheduler/retry-scheduler/internal/promql"
+	"github.com/retry-scheduler/retry-scheduler/message"
+	"github.com/retry-scheduler/retry-scheduler/workflows"
 )
 
 // Series the Grafana dashboard or the alert rules name that a short healthy run cannot

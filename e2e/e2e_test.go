@@ -15,10 +15,10 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/log"
 
-	"retry-scheduler/broker/brokertest"
-	"retry-scheduler/internal/testenv"
-	"retry-scheduler/message"
-	"retry-scheduler/workflows"
+	"github.com/retry-scheduler/retry-scheduler/broker/brokertest"
+	"github.com/retry-scheduler/retry-scheduler/internal/testenv"
+	"github.com/retry-scheduler/retry-scheduler/message"
+	"github.com/retry-scheduler/retry-scheduler/workflows"
 )
 
 var httpClient = &http.Client{Timeout: 2 * time.Second}
@@ -253,7 +253,7 @@ func TestBrokerConnectionsClosedDuringRun(t *testing.T) {
 func buildBinary(t *testing.T) string {
 	t.Helper()
 	bin := t.TempDir() + "/retry-scheduler"
-	out, err := exec.Command("go", "build", "-o", bin, "retry-scheduler/cmd/retry-scheduler").CombinedOutput()
+	out, err := exec.Command("go", "build", "-o", bin, "github.com/retry-scheduler/retry-scheduler/cmd/retry-scheduler").CombinedOutput()
 	require.NoError(t, err, "%s", out)
 	return bin
 }

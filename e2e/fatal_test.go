@@ -22,8 +22,8 @@ import (
 	"go.temporal.io/sdk/client"
 	"google.golang.org/protobuf/types/known/durationpb"
 
-	"retry-scheduler/broker/brokertest"
-	"retry-scheduler/devserver"
+	"github.com/retry-scheduler/retry-scheduler/broker/brokertest"
+	"github.com/retry-scheduler/retry-scheduler/devserver"
 )
 
 // A worker whose namespace is deleted under it gets NamespaceNotFound from its polls; once

@@ -16,10 +16,10 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/api/workflowservice/v1"
 
-	"retry-scheduler/broker"
-	"retry-scheduler/broker/brokertest"
-	"retry-scheduler/message"
-	"retry-scheduler/workflows"
+	"github.com/retry-scheduler/retry-scheduler/broker"
+	"github.com/retry-scheduler/retry-scheduler/broker/brokertest"
+	"github.com/retry-scheduler/retry-scheduler/message"
+	"github.com/retry-scheduler/retry-scheduler/workflows"
 )
 
 // floodLegit is the number of legitimate failures in the flood; four times as many bad

@@ -26,13 +26,13 @@ import (
 
 	historypb "go.temporal.io/api/history/v1"
 
-	"retry-scheduler/broker"
-	"retry-scheduler/broker/brokertest"
-	"retry-scheduler/config"
-	"retry-scheduler/devserver"
-	"retry-scheduler/message"
-	"retry-scheduler/service"
-	"retry-scheduler/workflows"
+	"github.com/retry-scheduler/retry-scheduler/broker"
+	"github.com/retry-scheduler/retry-scheduler/broker/brokertest"
+	"github.com/retry-scheduler/retry-scheduler/config"
+	"github.com/retry-scheduler/retry-scheduler/devserver"
+	"github.com/retry-scheduler/retry-scheduler/message"
+	"github.com/retry-scheduler/retry-scheduler/service"
+	"github.com/retry-scheduler/retry-scheduler/workflows"
 )
 
 // policyFile routes the test's queues to short delays so that a test takes seconds:

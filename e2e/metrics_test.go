@@ -25,9 +25,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"retry-scheduler/message"
-	"retry-scheduler/service"
-	"retry-scheduler/workflows"
+	"github.com/retry-scheduler/retry-scheduler/message"
+	"github.com/retry-scheduler/retry-scheduler/service"
+	"github.com/retry-scheduler/retry-scheduler/workflows"
 )
 
 // 8. A scripted run moves every counter by exactly what happened (each retry, republish,

@@ -16,9 +16,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"retry-scheduler/devserver"
-	"retry-scheduler/message"
-	"retry-scheduler/workflows"
+	"github.com/retry-scheduler/retry-scheduler/devserver"
+	"github.com/retry-scheduler/retry-scheduler/message"
+	"github.com/retry-scheduler/retry-scheduler/workflows"
 )
 
 // Issue 11 item 4: a poison or oversize delivery is dead-lettered (the envelope, with the full

@@ -32,14 +32,14 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
-	"retry-scheduler/broker"
-	"retry-scheduler/broker/brokertest"
-	"retry-scheduler/codec"
-	"retry-scheduler/config"
-	"retry-scheduler/devserver"
-	"retry-scheduler/message"
-	"retry-scheduler/service"
-	"retry-scheduler/workflows"
+	"github.com/retry-scheduler/retry-scheduler/broker"
+	"github.com/retry-scheduler/retry-scheduler/broker/brokertest"
+	"github.com/retry-scheduler/retry-scheduler/codec"
+	"github.com/retry-scheduler/retry-scheduler/config"
+	"github.com/retry-scheduler/retry-scheduler/devserver"
+	"github.com/retry-scheduler/retry-scheduler/message"
+	"github.com/retry-scheduler/retry-scheduler/service"
+	"github.com/retry-scheduler/retry-scheduler/workflows"
 )
 
 func randomHex(t *testing.T, n int) string {

@@ -20,11 +20,11 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"retry-scheduler/broker/brokertest"
-	"retry-scheduler/devserver"
-	"retry-scheduler/message"
-	"retry-scheduler/service"
-	"retry-scheduler/workflows"
+	"github.com/retry-scheduler/retry-scheduler/broker/brokertest"
+	"github.com/retry-scheduler/retry-scheduler/devserver"
+	"github.com/retry-scheduler/retry-scheduler/message"
+	"github.com/retry-scheduler/retry-scheduler/service"
+	"github.com/retry-scheduler/retry-scheduler/workflows"
 )
 
 // A worker stopped while its republish waits for the broker's confirm lets the publish finish

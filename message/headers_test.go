@@ -2,8 +2,8 @@ package message
 
 import (
 	"encoding/json"
+	"github.com/retry-scheduler/retry-scheduler/message/headertest"
 	"math"
-	"retry-scheduler/message/headertest"
 	"strings"
 	"testing"
 	"time"

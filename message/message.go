@@ -5,7 +5,7 @@ package message
 import (
 	"time"
 
-	"retry-scheduler/policy"
+	"github.com/retry-scheduler/retry-scheduler/policy"
 )
 
 // Message is everything needed to put a failed message back where it came from.

@@ -3,7 +3,7 @@ package metrics
 import (
 	"github.com/prometheus/client_golang/prometheus"
 
-	"retry-scheduler/buildinfo"
+	"github.com/retry-scheduler/retry-scheduler/buildinfo"
 )
 
 // BuildInfoName is the build's identity as a series, with the usual build_info shape

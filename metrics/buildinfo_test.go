@@ -6,7 +6,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"retry-scheduler/buildinfo"
+	"github.com/retry-scheduler/retry-scheduler/buildinfo"
 )
 
 func TestRegistryExportsBuildInfo(t *testing.T) {

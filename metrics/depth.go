@@ -14,10 +14,10 @@ import (
 	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/temporal"
 
-	"retry-scheduler/metrics/labels"
-	"retry-scheduler/metrics/promreg"
-	"retry-scheduler/visibility"
-	"retry-scheduler/workflows"
+	"github.com/retry-scheduler/retry-scheduler/metrics/labels"
+	"github.com/retry-scheduler/retry-scheduler/metrics/promreg"
+	"github.com/retry-scheduler/retry-scheduler/visibility"
+	"github.com/retry-scheduler/retry-scheduler/workflows"
 )
 
 // Visibility is what the depth poller needs from Temporal; a client.Client has both methods.

@@ -16,8 +16,8 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 
-	"retry-scheduler/devserver"
-	"retry-scheduler/workflows"
+	"github.com/retry-scheduler/retry-scheduler/devserver"
+	"github.com/retry-scheduler/retry-scheduler/workflows"
 )
 
 // The poller's queries against a real server's visibility (the dev server's SQLite: no ORDER

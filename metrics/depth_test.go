@@ -18,9 +18,9 @@ import (
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/converter"
 
-	"retry-scheduler/metrics/labels"
-	"retry-scheduler/visibility"
-	"retry-scheduler/workflows"
+	"github.com/retry-scheduler/retry-scheduler/metrics/labels"
+	"github.com/retry-scheduler/retry-scheduler/visibility"
+	"github.com/retry-scheduler/retry-scheduler/workflows"
 )
 
 // entry is one RetryWorkflow as the fake visibility store holds it.

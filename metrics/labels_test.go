@@ -7,10 +7,10 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"retry-scheduler/activities"
-	"retry-scheduler/bridge"
-	"retry-scheduler/metrics/labels"
-	"retry-scheduler/workflows"
+	"github.com/retry-scheduler/retry-scheduler/activities"
+	"github.com/retry-scheduler/retry-scheduler/bridge"
+	"github.com/retry-scheduler/retry-scheduler/metrics/labels"
+	"github.com/retry-scheduler/retry-scheduler/workflows"
 )
 
 // queueValues are the queue label values of family name on reg.

@@ -14,7 +14,7 @@ import (
 	sdkmetrics "go.temporal.io/sdk/client"
 	sdktally "go.temporal.io/sdk/contrib/tally"
 
-	"retry-scheduler/buildinfo"
+	"github.com/retry-scheduler/retry-scheduler/buildinfo"
 )
 
 // NewRegistry returns a registry with the Go and process collectors and the build's

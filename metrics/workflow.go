@@ -6,10 +6,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	sdkmetrics "go.temporal.io/sdk/client"
 
-	"retry-scheduler/workflows"
+	"github.com/retry-scheduler/retry-scheduler/workflows"
 
-	"retry-scheduler/metrics/labels"
-	"retry-scheduler/metrics/promreg"
+	"github.com/retry-scheduler/retry-scheduler/metrics/labels"
+	"github.com/retry-scheduler/retry-scheduler/metrics/promreg"
 )
 
 // workflowCounters are the counters the workflows emit through workflow.GetMetricsHandler

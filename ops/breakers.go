@@ -18,10 +18,10 @@ import (
 	"go.temporal.io/sdk/temporal"
 	"golang.org/x/sync/errgroup"
 
-	"retry-scheduler/message"
-	"retry-scheduler/policy"
-	"retry-scheduler/visibility"
-	"retry-scheduler/workflows"
+	"github.com/retry-scheduler/retry-scheduler/message"
+	"github.com/retry-scheduler/retry-scheduler/policy"
+	"github.com/retry-scheduler/retry-scheduler/visibility"
+	"github.com/retry-scheduler/retry-scheduler/workflows"
 )
 
 // The destinations' breakers: one BreakerWorkflow per destination (an original queue), listed

@@ -20,9 +20,9 @@ import (
 	"go.temporal.io/sdk/temporal"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	"retry-scheduler/message"
-	"retry-scheduler/policy"
-	"retry-scheduler/workflows"
+	"github.com/retry-scheduler/retry-scheduler/message"
+	"github.com/retry-scheduler/retry-scheduler/policy"
+	"github.com/retry-scheduler/retry-scheduler/workflows"
 )
 
 // The fake's breakers: BreakerWorkflows that answer their state query and their pause and

@@ -10,8 +10,8 @@ import (
 	"golang.org/x/sync/errgroup"
 	"golang.org/x/time/rate"
 
-	"retry-scheduler/config"
-	"retry-scheduler/workflows"
+	"github.com/retry-scheduler/retry-scheduler/config"
+	"github.com/retry-scheduler/retry-scheduler/workflows"
 )
 
 // A canary replay replays a few dead letters first, waits for their outcomes, and replays the

@@ -9,7 +9,7 @@ import (
 	enumspb "go.temporal.io/api/enums/v1"
 	"golang.org/x/sync/errgroup"
 
-	"retry-scheduler/workflows"
+	"github.com/retry-scheduler/retry-scheduler/workflows"
 )
 
 // enrichDelivered adds each delivered row's result (the retry that succeeded, how many

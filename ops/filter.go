@@ -6,9 +6,9 @@ import (
 	"strings"
 	"time"
 
-	"retry-scheduler/config"
-	"retry-scheduler/visibility"
-	"retry-scheduler/workflows"
+	"github.com/retry-scheduler/retry-scheduler/config"
+	"github.com/retry-scheduler/retry-scheduler/visibility"
+	"github.com/retry-scheduler/retry-scheduler/workflows"
 )
 
 // Filter selects retry workflows. Zero fields do not filter. Its values come from requests

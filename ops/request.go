@@ -10,8 +10,8 @@ import (
 	"unicode"
 	"unicode/utf8"
 
-	"retry-scheduler/policy"
-	"retry-scheduler/visibility"
+	"github.com/retry-scheduler/retry-scheduler/policy"
+	"github.com/retry-scheduler/retry-scheduler/visibility"
 )
 
 // Decoding and checking what a request sends: bodies, query parameters and free text. Every

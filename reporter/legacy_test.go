@@ -12,9 +12,9 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 
-	"retry-scheduler/message"
-	"retry-scheduler/policy"
-	"retry-scheduler/workflows"
+	"github.com/retry-scheduler/retry-scheduler/message"
+	"github.com/retry-scheduler/retry-scheduler/policy"
+	"github.com/retry-scheduler/retry-scheduler/workflows"
 )
 
 // legacyClient has one run, under ID, with the given status and search attributes.

@@ -8,9 +8,9 @@ import (
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 
-	"retry-scheduler/message"
-	"retry-scheduler/visibility"
-	"retry-scheduler/workflows"
+	"github.com/retry-scheduler/retry-scheduler/message"
+	"github.com/retry-scheduler/retry-scheduler/visibility"
+	"github.com/retry-scheduler/retry-scheduler/workflows"
 )
 
 // historyRunsPage is how many closed runs of one message PriorAttempts reads: one page, as

@@ -6,7 +6,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 
-	"retry-scheduler/ops"
+	"github.com/retry-scheduler/retry-scheduler/ops"
 )
 
 // The ops HTTP server bounds every phase of a connection, and its write timeout leaves the

@@ -12,8 +12,8 @@ import (
 	"strings"
 	"syscall"
 
-	"retry-scheduler/buildinfo"
-	"retry-scheduler/config"
+	"github.com/retry-scheduler/retry-scheduler/buildinfo"
+	"github.com/retry-scheduler/retry-scheduler/config"
 )
 
 // stdout is where -version writes (a variable for tests).

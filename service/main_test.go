@@ -7,7 +7,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 
-	"retry-scheduler/buildinfo"
+	"github.com/retry-scheduler/retry-scheduler/buildinfo"
 )
 
 // -version answers before the configuration is read: here under an environment that

@@ -8,9 +8,9 @@ import (
 
 	"go.temporal.io/sdk/converter"
 
-	"retry-scheduler/config"
-	"retry-scheduler/ops"
-	"retry-scheduler/policy"
+	"github.com/retry-scheduler/retry-scheduler/config"
+	"github.com/retry-scheduler/retry-scheduler/ops"
+	"github.com/retry-scheduler/retry-scheduler/policy"
 )
 
 // opsAuth builds the operators' API authentication: the tokens of API_TOKENS and

@@ -8,8 +8,8 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
 
-	"retry-scheduler/codec"
-	"retry-scheduler/config"
+	"github.com/retry-scheduler/retry-scheduler/codec"
+	"github.com/retry-scheduler/retry-scheduler/config"
 )
 
 // CodecPath is where the codec endpoint is mounted on the ops HTTP server: the Web UI and the

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"retry-scheduler/devserver"
+	"github.com/retry-scheduler/retry-scheduler/devserver"
 )
 
 // Fault kinds, as -faults names them.

@@ -24,8 +24,8 @@ import (
 	"syscall"
 	"time"
 
-	"retry-scheduler/broker/brokertest"
-	"retry-scheduler/devserver"
+	"github.com/retry-scheduler/retry-scheduler/broker/brokertest"
+	"github.com/retry-scheduler/retry-scheduler/devserver"
 )
 
 // options are the soak's flags.

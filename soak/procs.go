@@ -8,7 +8,7 @@ import (
 	"sync"
 	"time"
 
-	"retry-scheduler/internal/proc"
+	"github.com/retry-scheduler/retry-scheduler/internal/proc"
 )
 
 // service is one retry-scheduler process (worker or bridge) that the soak starts, kills

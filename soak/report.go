@@ -14,7 +14,7 @@ import (
 
 	sdklog "go.temporal.io/sdk/log"
 
-	"retry-scheduler/devserver"
+	"github.com/retry-scheduler/retry-scheduler/devserver"
 )
 
 // report is the JSON written under soak/results/.

@@ -12,10 +12,10 @@ import (
 
 	"go.temporal.io/sdk/client"
 
-	"retry-scheduler/broker"
-	"retry-scheduler/config"
-	"retry-scheduler/devserver"
-	"retry-scheduler/message"
+	"github.com/retry-scheduler/retry-scheduler/broker"
+	"github.com/retry-scheduler/retry-scheduler/config"
+	"github.com/retry-scheduler/retry-scheduler/devserver"
+	"github.com/retry-scheduler/retry-scheduler/message"
 )
 
 // queue names of one run, under its id.
@@ -76,7 +76,7 @@ func run(ctx context.Context, o options) (code int, err error) {
 
 	// Build the service once.
 	bin := filepath.Join(dir, "retry-scheduler")
-	if out, err := exec.CommandContext(ctx, "go", "build", "-o", bin, "retry-scheduler/cmd/retry-scheduler").CombinedOutput(); err != nil {
+	if out, err := exec.CommandContext(ctx, "go", "build", "-o", bin, "github.com/retry-scheduler/retry-scheduler/cmd/retry-scheduler").CombinedOutput(); err != nil {
 		return 2, fmt.Errorf("build the service: %w\n%s", err, out)
 	}
 

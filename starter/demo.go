@@ -12,9 +12,9 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
-	"retry-scheduler/bridge"
-	"retry-scheduler/broker"
-	"retry-scheduler/message"
+	"github.com/retry-scheduler/retry-scheduler/bridge"
+	"github.com/retry-scheduler/retry-scheduler/broker"
+	"github.com/retry-scheduler/retry-scheduler/message"
 )
 
 // Demo queues: orders reports failures as RetryMessages, payments by dead-lettering

@@ -10,9 +10,9 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
-	"retry-scheduler/bridge"
-	"retry-scheduler/broker"
-	"retry-scheduler/message"
+	"github.com/retry-scheduler/retry-scheduler/bridge"
+	"github.com/retry-scheduler/retry-scheduler/broker"
+	"github.com/retry-scheduler/retry-scheduler/message"
 )
 
 // inject publishes one RetryMessage to the ingress queue, with a publisher confirm.

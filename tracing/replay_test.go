@@ -17,8 +17,8 @@ import (
 	sdkworker "go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
 
-	"retry-scheduler/tracing"
-	"retry-scheduler/worker"
+	"github.com/retry-scheduler/retry-scheduler/tracing"
+	"github.com/retry-scheduler/retry-scheduler/worker"
 )
 
 // The Temporal interceptor runs inside every workflow task of a traced worker: with it, the

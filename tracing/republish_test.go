@@ -16,9 +16,9 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 
-	"retry-scheduler/activities"
-	"retry-scheduler/message"
-	"retry-scheduler/tracing/tracingtest"
+	"github.com/retry-scheduler/retry-scheduler/activities"
+	"github.com/retry-scheduler/retry-scheduler/message"
+	"github.com/retry-scheduler/retry-scheduler/tracing/tracingtest"
 )
 
 // These tests run the republish activity with the global provider and propagator the way

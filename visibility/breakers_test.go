@@ -6,7 +6,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 
-	"retry-scheduler/workflows"
+	"github.com/retry-scheduler/retry-scheduler/workflows"
 )
 
 func TestHeldRetries(t *testing.T) {

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"retry-scheduler/workflows"
+	"github.com/retry-scheduler/retry-scheduler/workflows"
 )
 
 // Field is a search attribute a condition filters on: one of the workflows package's keys

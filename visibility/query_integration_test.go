@@ -14,8 +14,8 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 
-	"retry-scheduler/devserver"
-	"retry-scheduler/workflows"
+	"github.com/retry-scheduler/retry-scheduler/devserver"
+	"github.com/retry-scheduler/retry-scheduler/workflows"
 )
 
 // Literal and CheckMatchable against a real server: every value CheckMatchable accepts,

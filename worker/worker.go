@@ -9,8 +9,8 @@ import (
 	sdkworker "go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
 
-	"retry-scheduler/activities"
-	"retry-scheduler/workflows"
+	"github.com/retry-scheduler/retry-scheduler/activities"
+	"github.com/retry-scheduler/retry-scheduler/workflows"
 )
 
 // Defaults of Options.

@@ -7,7 +7,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
 
-	"retry-scheduler/activities"
+	"github.com/retry-scheduler/retry-scheduler/activities"
 )
 
 // breakerMaxHistory is the history length at which a breaker continues as new: it runs for as

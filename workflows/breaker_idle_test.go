@@ -5,7 +5,7 @@ import (
 
 	"go.temporal.io/sdk/temporal"
 
-	"retry-scheduler/policy"
+	"github.com/retry-scheduler/retry-scheduler/policy"
 )
 
 // runUntilEnd runs the breaker with a cancellation at limit as a backstop, and says whether

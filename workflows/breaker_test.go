@@ -18,8 +18,8 @@ import (
 	"go.temporal.io/sdk/testsuite"
 	"go.temporal.io/sdk/workflow"
 
-	"retry-scheduler/activities"
-	"retry-scheduler/policy"
+	"github.com/retry-scheduler/retry-scheduler/activities"
+	"github.com/retry-scheduler/retry-scheduler/policy"
 )
 
 // heldRetries stands in for visibility and the held RetryWorkflows: ListHeld lists the held

@@ -5,7 +5,7 @@ import (
 
 	"go.temporal.io/sdk/temporal"
 
-	"retry-scheduler/policy"
+	"github.com/retry-scheduler/retry-scheduler/policy"
 )
 
 // Names of the breaker: one BreakerWorkflow per destination (message.BreakerWorkflowID),

@@ -5,7 +5,7 @@ import (
 
 	"go.temporal.io/sdk/workflow"
 
-	"retry-scheduler/policy"
+	"github.com/retry-scheduler/retry-scheduler/policy"
 )
 
 // changeBreakerHoldsRetries gates the breaker: runs from before it republish without asking

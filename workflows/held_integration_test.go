@@ -19,13 +19,13 @@ import (
 	"go.temporal.io/sdk/converter"
 	"google.golang.org/protobuf/encoding/protojson"
 
-	"retry-scheduler/activities"
-	"retry-scheduler/devserver"
-	"retry-scheduler/message"
-	"retry-scheduler/policy"
-	"retry-scheduler/reporter"
-	"retry-scheduler/worker"
-	"retry-scheduler/workflows"
+	"github.com/retry-scheduler/retry-scheduler/activities"
+	"github.com/retry-scheduler/retry-scheduler/devserver"
+	"github.com/retry-scheduler/retry-scheduler/message"
+	"github.com/retry-scheduler/retry-scheduler/policy"
+	"github.com/retry-scheduler/retry-scheduler/reporter"
+	"github.com/retry-scheduler/retry-scheduler/worker"
+	"github.com/retry-scheduler/retry-scheduler/workflows"
 )
 
 // holdingGate holds every destination: only a release lets a retry go.

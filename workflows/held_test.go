@@ -4,8 +4,8 @@ import (
 	"sync"
 	"time"
 
-	"retry-scheduler/message"
-	"retry-scheduler/policy"
+	"github.com/retry-scheduler/retry-scheduler/message"
+	"github.com/retry-scheduler/retry-scheduler/policy"
 )
 
 // fakeGate stands in for a process's view of the breakers: it holds every destination while

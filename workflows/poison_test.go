@@ -4,8 +4,8 @@ import (
 	"bytes"
 	"time"
 
-	"retry-scheduler/message"
-	"retry-scheduler/policy"
+	"github.com/retry-scheduler/retry-scheduler/message"
+	"github.com/retry-scheduler/retry-scheduler/policy"
 )
 
 const testIngress = "retry.scheduled"

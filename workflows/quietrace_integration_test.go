@@ -16,13 +16,13 @@ import (
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
 
-	"retry-scheduler/activities"
-	"retry-scheduler/devserver"
-	"retry-scheduler/message"
-	"retry-scheduler/policy"
-	"retry-scheduler/reporter"
-	"retry-scheduler/worker"
-	"retry-scheduler/workflows"
+	"github.com/retry-scheduler/retry-scheduler/activities"
+	"github.com/retry-scheduler/retry-scheduler/devserver"
+	"github.com/retry-scheduler/retry-scheduler/message"
+	"github.com/retry-scheduler/retry-scheduler/policy"
+	"github.com/retry-scheduler/retry-scheduler/reporter"
+	"github.com/retry-scheduler/retry-scheduler/worker"
+	"github.com/retry-scheduler/retry-scheduler/workflows"
 )
 
 // memPublisher keeps what the activities publish.

@@ -18,9 +18,9 @@ import (
 	sdkworker "go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
 
-	"retry-scheduler/message"
-	"retry-scheduler/worker"
-	"retry-scheduler/workflows"
+	"github.com/retry-scheduler/retry-scheduler/message"
+	"github.com/retry-scheduler/retry-scheduler/worker"
+	"github.com/retry-scheduler/retry-scheduler/workflows"
 )
 
 // historiesDir holds the histories recorded from a real server (README, "Replay histories").

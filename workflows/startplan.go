@@ -5,8 +5,8 @@ import (
 
 	"go.temporal.io/sdk/temporal"
 
-	"retry-scheduler/message"
-	"retry-scheduler/policy"
+	"github.com/retry-scheduler/retry-scheduler/message"
+	"github.com/retry-scheduler/retry-scheduler/policy"
 )
 
 // StartPlan is how a new run for a first report can start: Delay is its first retry's delay,

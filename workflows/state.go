@@ -4,8 +4,8 @@ import (
 	"strconv"
 	"time"
 
-	"retry-scheduler/message"
-	"retry-scheduler/policy"
+	"github.com/retry-scheduler/retry-scheduler/message"
+	"github.com/retry-scheduler/retry-scheduler/policy"
 )
 
 // Status is where a message is in its lifecycle (README, "How it works").

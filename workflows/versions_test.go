@@ -1,12 +1,12 @@
 package workflows_test
 
 import (
+	"github.com/retry-scheduler/retry-scheduler/workflows"
 	"go/ast"
 	"go/parser"
 	"go/token"
 	"maps"
 	"path/filepath"
-	"retry-scheduler/workflows"
 	"slices"
 	"strconv"
 	"strings"

@@ -15,8 +15,8 @@ import (
 	"testing"
 	"time"
 
-	"retry-scheduler/internal/proc"
-	"retry-scheduler/internal/testenv"
+	"github.com/retry-scheduler/retry-scheduler/internal/proc"
+	"github.com/retry-scheduler/retry-scheduler/internal/testenv"
 )
 
 // TLSNode is a private RabbitMQ node with only an AMQPS listener on 127.0.0.1, whose server

@@ -5,8 +5,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"retry-scheduler/broker"
-	"retry-scheduler/broker/brokertest"
+	"github.com/retry-scheduler/retry-scheduler/broker"
+	"github.com/retry-scheduler/retry-scheduler/broker/brokertest"
 )
 
 func TestDefaultURLIsTheServices(t *testing.T) {

@@ -31,7 +31,7 @@ import (
 	"syscall"
 	"time"
 
-	"retry-scheduler/devserver"
+	"github.com/retry-scheduler/retry-scheduler/devserver"
 )
 
 func main() {

@@ -15,8 +15,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"retry-scheduler/devserver"
-	"retry-scheduler/internal/testenv"
+	"github.com/retry-scheduler/retry-scheduler/devserver"
+	"github.com/retry-scheduler/retry-scheduler/internal/testenv"
 )
 
 // A healthy frontend already on the port is reused: exit 0, nothing started.

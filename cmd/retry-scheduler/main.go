@@ -6,7 +6,7 @@ package main
 import (
 	"os"
 
-	"retry-scheduler/service"
+	"github.com/retry-scheduler/retry-scheduler/service"
 )
 
 func main() { os.Exit(service.Main(os.Args[1:])) }

@@ -26,9 +26,9 @@ import (
 	"github.com/stretchr/testify/require"
 	"gopkg.in/yaml.v3"
 
-	"retry-scheduler/broker"
-	"retry-scheduler/config"
-	"retry-scheduler/devserver"
+	"github.com/retry-scheduler/retry-scheduler/broker"
+	"github.com/retry-scheduler/retry-scheduler/config"
+	"github.com/retry-scheduler/retry-scheduler/devserver"
 )
 
 // root is the repository's root, where docker-compose.yml lives and relative mounts resolve.

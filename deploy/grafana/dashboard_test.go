@@ -14,9 +14,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"retry-scheduler/internal/testenv"
+	"github.com/retry-scheduler/retry-scheduler/internal/testenv"
 
-	"retry-scheduler/internal/promql"
+	"github.com/retry-scheduler/retry-scheduler/internal/promql"
 )
 
 const dashboardFile = "retry-scheduler.json"

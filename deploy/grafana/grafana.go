@@ -9,7 +9,7 @@ import (
 	"regexp"
 	"slices"
 
-	"retry-scheduler/internal/promql"
+	"github.com/retry-scheduler/retry-scheduler/internal/promql"
 )
 
 // QueriedMetrics returns the metric names the dashboard's queries select, sorted and without

@@ -30,11 +30,11 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"sigs.k8s.io/yaml"
 
-	"retry-scheduler/config"
-	"retry-scheduler/internal/testenv"
-	"retry-scheduler/metrics"
-	"retry-scheduler/ops"
-	"retry-scheduler/policy"
+	"github.com/retry-scheduler/retry-scheduler/config"
+	"github.com/retry-scheduler/retry-scheduler/internal/testenv"
+	"github.com/retry-scheduler/retry-scheduler/metrics"
+	"github.com/retry-scheduler/retry-scheduler/ops"
+	"github.com/retry-scheduler/retry-scheduler/policy"
 )
 
 const (

@@ -4,7 +4,7 @@
 // through it, so that CI's log says which tests did not run and why.
 //
 //	go test -json -cover -coverprofile=cover.out ./... | go run ./internal/testreport \
-//	    -coverprofile cover.out -min-coverage retry-scheduler/workflows=85
+//	    -coverprofile cover.out -min-coverage github.com/retry-scheduler/retry-scheduler/workflows=85
 //
 // It exits 1 when a test or a build failed, when a package named by -min-coverage is below
 // its minimum (or reported no coverage), or, with -fail-on-skip (the default under

@@ -12,7 +12,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace/noop"
 
-	"retry-scheduler/tracing"
+	"github.com/retry-scheduler/retry-scheduler/tracing"
 )
 
 // Record installs the recorder (a synchronous processor: a span is recorded when it ends).
