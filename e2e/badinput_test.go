@@ -21,6 +21,7 @@ import (
 
 	"github.com/retry-scheduler/retry-scheduler/broker"
 	"github.com/retry-scheduler/retry-scheduler/broker/brokertest"
+	"github.com/retry-scheduler/retry-scheduler/deadletter"
 	"github.com/retry-scheduler/retry-scheduler/message"
 	"github.com/retry-scheduler/retry-scheduler/workflows"
 )
@@ -123,10 +124,27 @@ func TestBadInputCatalogueThroughTheBroker(t *testing.T) {
 		Body: retry("ok-missing-queue", func(m map[string]any) { m["original_queue"] = missing })})
 
 	// Every refusal arrives as an envelope with its reason and its bytes.
+	// An envelope over DEAD_LETTER_MAX_BYTES (the 16 MiB body's) leaves its payload to a message
+	// of its own on the same queue, named by the envelope's payloadRef.
 	envelopes := map[string]message.Envelope{}
+	payloads := map[string][]byte{}
 	for len(envelopes) < len(refused)+2 {
-		e := envelopeOf(t, dead.next(t, 60*time.Second))
+		d := dead.next(t, 60*time.Second)
+		if part, _ := d.Headers[deadletter.HeaderPart].(string); part == "payload" {
+			payloads[d.MessageId] = d.Body
+			continue
+		}
+		e := envelopeOf(t, d)
 		envelopes[e.OriginalMessage.MessageID] = e
+	}
+	payloadOf := func(e message.Envelope) []byte {
+		if e.PayloadRef == nil {
+			return e.OriginalMessage.Payload
+		}
+		// Published (and confirmed) before its envelope, so read before it.
+		p, ok := payloads[e.PayloadRef.MessageID]
+		require.True(t, ok, "payload message %s not on the dead-letter queue before its envelope", e.PayloadRef.MessageID)
+		return p
 	}
 	for _, r := range refused {
 		t.Run(r.name, func(t *testing.T) {
@@ -134,7 +152,8 @@ func TestBadInputCatalogueThroughTheBroker(t *testing.T) {
 			require.True(t, ok, "no envelope for %s; got %v", r.p.MessageId, keys(envelopes))
 			assert.Equal(t, r.kind, e.DeadReason)
 			assert.Contains(t, e.DeadDetail, r.reason)
-			assert.True(t, bytes.Equal(r.p.Body, e.OriginalMessage.Payload), "envelope bytes differ from the delivery (%d vs %d)", len(e.OriginalMessage.Payload), len(r.p.Body))
+			got := payloadOf(e)
+			assert.True(t, bytes.Equal(r.p.Body, got), "dead-lettered bytes differ from the delivery (%d vs %d)", len(got), len(r.p.Body))
 		})
 	}
 	t.Run("forbidden type on x-retry-count", func(t *testing.T) {
@@ -224,7 +243,7 @@ func TestBadInputCatalogueThroughTheBroker(t *testing.T) {
 	for _, c := range []*consumer{dead, delivered, svcDelivered} {
 		c.caughtUp(t)
 	}
-	assert.Len(t, dead.all(), len(refused)+2, "dead-letter queue")
+	assert.Len(t, dead.all(), len(refused)+2+len(payloads), "dead-letter queue: the envelopes, and the payloads sent apart")
 	assert.Len(t, append(delivered.all(), svcDelivered.all()...), len(accepted)+1, "original queues")
 }
 

@@ -6,6 +6,8 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -84,7 +86,15 @@ func TestBreakerOpensProbesAndCloses(t *testing.T) {
 		modes = append(modes, e.To)
 	}
 	assert.Contains(t, modes, workflows.BreakerOpen, "events: %s", describeEvents(st.Events, time.Time{}))
-	assert.Contains(t, modes, workflows.BreakerHalfOpen)
+	// It probes a held retry (half-open) when its cooldown ends; on a loaded machine the
+	// probe's visibility list may find none held yet, and it closes at once instead, saying
+	// so (the held retries are then released: every message was delivered above).
+	probed := slices.Contains(modes, workflows.BreakerHalfOpen)
+	closedEmpty := false
+	for _, e := range st.Events {
+		closedEmpty = closedEmpty || (e.To == workflows.BreakerClosed && strings.Contains(e.Detail, "no held retry to probe"))
+	}
+	assert.True(t, probed || closedEmpty, "neither probed nor closed for want of a held retry: %s", describeEvents(st.Events, time.Time{}))
 	assert.Equal(t, workflows.BreakerClosed, modes[len(modes)-1])
 	s.recordHistory(message.BreakerWorkflowID(q), "breaker-open-probe-closed")
 	fmt.Println("breaker events:", describeEvents(st.Events, time.Time{}))
