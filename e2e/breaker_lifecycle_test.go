@@ -119,11 +119,11 @@ func (s *stack) failsFirstRepublish(queue string) *consumer {
 func (s *stack) breakerRun(queue string) (string, enumspb.WorkflowExecutionStatus, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	d, err := s.tc.DescribeWorkflowExecution(ctx, message.BreakerWorkflowID(queue), "")
+	d, err := s.tc.DescribeWorkflow(ctx, message.BreakerWorkflowID(queue), "")
 	if err != nil {
 		return "", 0, err
 	}
-	info := d.GetWorkflowExecutionInfo()
+	info := d.RawResponse.GetWorkflowExecutionInfo()
 	return info.GetExecution().GetRunId(), info.GetStatus(), nil
 }
 
