@@ -51,7 +51,7 @@ export TEMPORAL_SERVER_DIR
 export TEMPORAL_POSTGRES_HOST TEMPORAL_POSTGRES_PORT TEMPORAL_POSTGRES_USER
 export RABBITMQ_URL
 
-.PHONY: help tools temporal-server chromium promtool kubectl rabbitmq build image replay run test test-unit test-integration test-e2e-postgres lint demo bench soak fuzz fuzz-short clean
+.PHONY: help tools temporal-server chromium promtool kubectl rabbitmq build image replay run docs test test-unit test-integration test-e2e-postgres lint demo bench soak fuzz fuzz-short clean
 
 help: ## List the targets
 	@echo "retry-scheduler: make <target>"
@@ -311,6 +311,11 @@ lint: $(WORKFLOWCHECK) $(STATICCHECK) ## go vet and staticcheck (with and withou
 	$(WORKFLOWCHECK) ./workflows/...
 	@if docker compose version >/dev/null 2>&1; then echo "docker compose config -q"; docker compose config -q; \
 	else echo "docker compose is not installed: docker-compose.yml not checked"; fi
+
+# The configuration reference is generated from the settings list (config/settings.go); a unit
+# test (config.TestConfigurationReferenceIsCurrent) fails when the committed file differs.
+docs: ## Regenerate docs/configuration-reference.md from config/settings.go
+	$(GO) run ./internal/configdoc -o docs/configuration-reference.md
 
 demo: ## Inject demo traffic with the starter (run `make run` in another terminal first)
 	$(GO) run ./starter demo
