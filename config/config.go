@@ -217,7 +217,7 @@ type Config struct {
 	// -temporal-ui-url. Defaults to "" (no links).
 	TemporalUIURL string
 
-	// Security settings (security.go, SECURITY.md). Secrets (APITokens, TemporalAPIKey,
+	// Security settings (security.go, docs/security.md). Secrets (APITokens, TemporalAPIKey,
 	// PayloadKeys, CodecToken) are of type Secret: they never appear in String, Usage, logs or
 	// error messages.
 

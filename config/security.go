@@ -25,7 +25,7 @@ const (
 // minCodecTokenLen keeps the codec token from being guessable.
 const minCodecTokenLen = 16
 
-// securitySettings are the TLS, credential and payload-encryption settings (SECURITY.md).
+// securitySettings are the TLS, credential and payload-encryption settings (docs/security.md).
 func (c *Config) securitySettings() []setting {
 	return []setting{
 		{"RABBITMQ_CA_FILE", "PEM CA bundle that signed the broker's certificate (amqps); empty: the system roots", (*text)(&c.RabbitMQCAFile)},

@@ -261,7 +261,7 @@ func (s *stack) recordHistory(id, name string) {
 	b, err := protojson.MarshalOptions{Indent: "  "}.Marshal(h)
 	require.NoError(s.t, err)
 	// A recorded history is never replaced: one that a change stops replaying is what the
-	// change must keep working (README, "Replay histories").
+	// change must keep working (CONTRIBUTING.md, "Changing workflow code: replay histories").
 	path := filepath.Join(dir, name+".json")
 	if _, err := os.Stat(path); err == nil {
 		s.t.Fatalf("%s exists: recorded histories are never re-recorded; record into an empty directory and add the new one under its own name", path)

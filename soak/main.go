@@ -68,7 +68,7 @@ func parseFlags(args []string) (options, error) {
 	fs.DurationVar(&o.delay, "delay", 500*time.Millisecond, "the soak policy's retry delay")
 	// 30s, the built-in policies' quiet window: longer than the longest stall the schedule
 	// makes (a 10 s partition and its recovery). With a quiet window shorter than the stalls,
-	// late reports split message histories across runs (see README, "Findings").
+	// late reports split message histories across runs (soak/README.md, "Findings").
 	fs.DurationVar(&o.quietWindow, "quiet-window", 30*time.Second, "the soak policy's quiet window")
 	fs.IntVar(&o.maxRetries, "max-retries", 3, "the soak policy's max retries")
 	fs.Float64Var(&o.hostile, "hostile", 0.1, "bad reports (aimed at the scheduler's own queues or amq.*, over AMQP's limits, not JSON) mixed in, as a share of -n")

@@ -23,7 +23,7 @@ import (
 	"github.com/retry-scheduler/retry-scheduler/workflows"
 )
 
-// historiesDir holds the histories recorded from a real server (README, "Replay histories").
+// historiesDir holds the histories recorded from a real server (CONTRIBUTING.md, "Changing workflow code: replay histories").
 var historiesDir = filepath.Join("testdata", "histories")
 
 // unreplayable lists the recorded histories that the code cannot replay, each with why that

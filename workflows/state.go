@@ -8,7 +8,7 @@ import (
 	"github.com/retry-scheduler/retry-scheduler/policy"
 )
 
-// Status is where a message is in its lifecycle (README, "How it works").
+// Status is where a message is in its lifecycle (docs/architecture.md).
 type Status string
 
 // The lifecycle states. The first four (and StatusHeld) are live; the last four are terminal.

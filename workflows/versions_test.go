@@ -79,7 +79,7 @@ func TestEveryVersionBranchHasARecordedHistory(t *testing.T) {
 				t.Logf("%s (%s) version %d: %s", id, g.at, v, strings.Join(files, ", "))
 				continue
 			}
-			t.Errorf("change id %q (%s): no recorded history takes the %s branch; record one (README, \"Replay histories\")",
+			t.Errorf("change id %q (%s): no recorded history takes the %s branch; record one (CONTRIBUTING.md, \"Recording a history\")",
 				id, g.at, branchName(v))
 		}
 	}
@@ -294,7 +294,7 @@ func TestEveryRevisionHasARecordedHistory(t *testing.T) {
 		seen[in.Revision] = append(seen[in.Revision], filepath.Base(f))
 	}
 	for rev := 0; rev <= workflows.CurrentRevision; rev++ {
-		require.NotEmpty(t, seen[rev], "no recorded history of a run started at revision %d; record one (README, \"Replay histories\")", rev)
+		require.NotEmpty(t, seen[rev], "no recorded history of a run started at revision %d; record one (CONTRIBUTING.md, \"Recording a history\")", rev)
 		t.Logf("revision %d: %s", rev, strings.Join(seen[rev], ", "))
 	}
 }
