@@ -239,7 +239,7 @@ func (p *pageDriver) setValue(sel, value string) {
 // The rest of the ops views on the page: each row's and the details' "View log" link into the Temporal
 // Web UI, the attempts table, the event type column and filter, the created-at column, the
 // recently delivered view, and "Retry all matching".
-func TestOpsBrowserSeed003Views(t *testing.T) {
+func TestOpsBrowserOperatorViews(t *testing.T) {
 	ctx := browser(t)
 	s := newStack(t)
 	s.cfg.TemporalUIURL = uiBase

@@ -440,7 +440,7 @@ func rowOf(t *testing.T, out map[string]any, id string) map[string]any {
 // The rest of the ops views over the API: the Web UI link, the recently delivered, the event
 // type as a column and a filter, the dead letters' created-at order and retrying every
 // matching scheduled item (by filter).
-func TestOpsAPISeed003Views(t *testing.T) {
+func TestOpsAPIOperatorViews(t *testing.T) {
 	s := newStack(t)
 	s.cfg.TemporalUIURL = uiBase
 	api := s.runWithOps()
