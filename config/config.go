@@ -295,13 +295,13 @@ const (
 	DefaultStartDelayMax = 10 * time.Second
 	// DefaultBridgeHoldMax covers the default policy's first delay (BASE_DELAY_MS) and keeps
 	// the unacked deliveries a bridge holds within its prefetch at a hundred reports a second.
-	DefaultBridgeHoldMax   = 2 * time.Second
-	DefaultServiceName     = "retry-scheduler"
-	DefaultLogLevel        = "info"
+	DefaultBridgeHoldMax = 2 * time.Second
+	DefaultServiceName   = "retry-scheduler"
+	DefaultLogLevel      = "info"
 	// The log formats of LOG_FORMAT.
-	LogFormatAuto = "auto"
-	LogFormatText = "text"
-	LogFormatJSON = "json"
+	LogFormatAuto          = "auto"
+	LogFormatText          = "text"
+	LogFormatJSON          = "json"
 	DefaultMetricsInterval = 15 * time.Second
 	DefaultReplayRate      = 20
 	// DefaultBridgeMemoryBudget is half the bridge pod's memory limit (256 Mi), the rest left

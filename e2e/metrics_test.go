@@ -332,7 +332,9 @@ func (s *stack) runLogged(mode string, w io.Writer) {
 	cfg.Mode = mode
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- service.Run(ctx, cfg, slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: slog.LevelDebug}))) }()
+	go func() {
+		done <- service.Run(ctx, cfg, slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: slog.LevelDebug})))
+	}()
 	s.t.Cleanup(func() {
 		cancel()
 		select {
