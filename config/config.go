@@ -295,13 +295,9 @@ const (
 	DefaultStartDelayMax = 10 * time.Second
 	// DefaultBridgeHoldMax covers the default policy's first delay (BASE_DELAY_MS) and keeps
 	// the unacked deliveries a bridge holds within its prefetch at a hundred reports a second.
-	DefaultBridgeHoldMax = 2 * time.Second
-	DefaultServiceName   = "retry-scheduler"
-	DefaultLogLevel      = "info"
-	// The log formats of LOG_FORMAT.
-	LogFormatAuto          = "auto"
-	LogFormatText          = "text"
-	LogFormatJSON          = "json"
+	DefaultBridgeHoldMax   = 2 * time.Second
+	DefaultServiceName     = "retry-scheduler"
+	DefaultLogLevel        = "info"
 	DefaultMetricsInterval = 15 * time.Second
 	DefaultReplayRate      = 20
 	// DefaultBridgeMemoryBudget is half the bridge pod's memory limit (256 Mi), the rest left
@@ -496,6 +492,13 @@ func (c Config) RunsDepthPoller() bool {
 
 // BreakersEnabled reports whether the per-destination circuit breakers are on.
 func (c Config) BreakersEnabled() bool { return c.Breakers == BreakersOn }
+
+// The log formats of LOG_FORMAT.
+const (
+	LogFormatAuto = "auto"
+	LogFormatText = "text"
+	LogFormatJSON = "json"
+)
 
 // NewLogger is the service's logger at LogLevel: text lines for a person when LogFormat is text,
 // or auto and w is a terminal; JSON lines otherwise. The mains build it once and inject it
