@@ -57,15 +57,27 @@ func TestDeadLetterPublishFailuresAreCounted(t *testing.T) {
 func TestLogLinesCarryCorrelationIDAndLatenessInMilliseconds(t *testing.T) {
 	var buf bytes.Buffer
 	acts, _ := newTestActivities(&fakePublisher{})
+	// Info: a confirmed republish and a published dead letter are per-message events (debug;
+	// the workflow logs the dead letter), so nothing.
 	acts.Logger = slog.New(slog.NewJSONHandler(&buf, nil))
-	_, err := acts.Republish(context.Background(), RepublishInput{Message: testMessage(), Attempt: 1, Key: "m-1:1",
-		ScheduledAt: testNow.Add(-1500 * time.Millisecond)})
+	_, err := acts.Republish(context.Background(), RepublishInput{Message: testMessage(), Attempt: 1, Key: "m-1:1"})
 	require.NoError(t, err)
 	require.NoError(t, acts.DeadLetter(context.Background(), DeadLetterInput{Queue: "q", Envelope: testEnvelope()}))
+	assert.Empty(t, buf.String(), "per-message events at info")
+
+	acts.Logger = slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	_, err = acts.Republish(context.Background(), RepublishInput{Message: testMessage(), Attempt: 1, Key: "m-1:1",
+		ScheduledAt: testNow.Add(-1500 * time.Millisecond)})
+	require.NoError(t, err)
+	acts.Publisher = &fakePublisher{err: errors.New("nack")}
+	require.Error(t, acts.DeadLetter(context.Background(), DeadLetterInput{Queue: "q", Envelope: testEnvelope()}))
+	acts.Publisher = &fakePublisher{}
 	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
 	require.Len(t, lines, 2)
 	assert.Contains(t, lines[0], `"lateness_ms":1500`)
+	assert.Contains(t, lines[0], `"level":"DEBUG"`)
 	assert.NotContains(t, lines[0], `"lateness":`)
+	assert.Contains(t, lines[1], `envelope not dead-lettered`)
 	for _, l := range lines {
 		assert.Contains(t, l, `"correlation_id":"corr-1"`)
 		assert.Contains(t, l, `"message_id":"m-1"`)

@@ -46,7 +46,6 @@ func (a *Activities) Republish(ctx context.Context, in RepublishInput) (res Repu
 
 	if mode, held := a.holds(in); held {
 		a.Metrics.retryExecuted(m.OriginalQueue, StatusHeld)
-		log.Info("retry held", "outcome", StatusHeld, "breaker", mode)
 		return RepublishResult{Held: true, HeldBy: mode}, nil
 	}
 
@@ -103,11 +102,11 @@ func (a *Activities) Republish(ctx context.Context, in RepublishInput) (res Repu
 		a.Counter.Republished(m.OriginalQueue, *in.Breaker)
 	}
 	if in.ScheduledAt.IsZero() {
-		log.Info("retry republished", "outcome", StatusSuccess)
+		log.Debug("retry republished", "outcome", StatusSuccess)
 	} else {
 		lateness := publishedAt.Sub(in.ScheduledAt)
 		a.Metrics.observeLateness(lateness)
-		log.Info("retry republished", "outcome", StatusSuccess, "lateness_ms", lateness.Milliseconds())
+		log.Debug("retry republished", "outcome", StatusSuccess, "lateness_ms", lateness.Milliseconds())
 	}
 	return RepublishResult{PublishedAt: publishedAt}, nil
 }
@@ -187,7 +186,6 @@ func (a *Activities) DeadLetter(ctx context.Context, in DeadLetterInput) error {
 	switch {
 	case err == nil:
 		a.Metrics.deadLettered(in.Queue, env.DeadReason)
-		log.Info("envelope dead-lettered", "outcome", StatusSuccess)
 		return nil
 	case errors.Is(err, deadletter.ErrUnpublishable):
 		log.Error("envelope not dead-lettered", "outcome", "invalid-message", "error", err)

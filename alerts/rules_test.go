@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode"
 
 	"gopkg.in/yaml.v3"
 
@@ -16,7 +17,12 @@ import (
 	"github.com/retry-scheduler/retry-scheduler/internal/testenv"
 )
 
-const rulesFile = "retry-scheduler.rules.yml"
+const (
+	rulesFile = "retry-scheduler.rules.yml"
+	// runbooks is the document every alert's runbook_url points into, at runbookBase.
+	runbooks    = "../docs/runbooks.md"
+	runbookBase = "https://github.com/retry-scheduler/retry-scheduler/blob/main/docs/runbooks.md#"
+)
 
 type ruleFile struct {
 	Groups []struct {
@@ -39,6 +45,7 @@ var exported = map[string]bool{
 	"retry_queue_depth": true, "retry_due": true, "retries_exhausted_total": true, "retries_scheduled_total": true,
 	"retries_executed_total": true, "depth_poll_errors_total": true, "dead_letter_publish_failures_total": true,
 	"breaker_state": true, "retries_held": true, "breaker_transitions_total": true, "bridge_consuming": true,
+	"metrics_queue_label_overflow_total": true, "reports_set_aside_total": true,
 }
 
 // sdkSeries are the Temporal SDK's series the process exports through tally (metrics/README.md,
@@ -67,6 +74,7 @@ func TestRulesFile(t *testing.T) {
 		t.Fatalf("%s: %v", rulesFile, err)
 	}
 
+	anchors := runbookAnchors(t)
 	records := map[string]bool{}
 	alerts := map[string]string{} // name -> expr
 	fors := map[string]string{}   // name -> for
@@ -104,6 +112,7 @@ func TestRulesFile(t *testing.T) {
 			if r.Annotations["summary"] == "" || r.Annotations["description"] == "" {
 				t.Errorf("%s: needs a summary and a description", r.Alert)
 			}
+			checkRunbook(t, r.Alert, r.Annotations["runbook_url"], anchors)
 		}
 	}
 
@@ -156,6 +165,97 @@ func TestRulesFile(t *testing.T) {
 	// operator's choice) for longer than 15 minutes.
 	if expr := alerts["RetrySchedulerBreakerOpen"]; !strings.Contains(expr, `breaker_state{state=~"open|half-open"}`) || fors["RetrySchedulerBreakerOpen"] != "15m" {
 		t.Errorf("RetrySchedulerBreakerOpen: expr %q for %q, want open or half-open for 15m", expr, fors["RetrySchedulerBreakerOpen"])
+	}
+}
+
+// checkRunbook: an alert's runbook_url is runbookBase followed by the anchor of its own
+// section of docs/runbooks.md (its name in lower case), which exists.
+func checkRunbook(t *testing.T, alert, url string, anchors map[string]bool) {
+	t.Helper()
+	anchor, ok := strings.CutPrefix(url, runbookBase)
+	switch {
+	case url == "":
+		t.Errorf("%s: no runbook_url annotation", alert)
+	case !ok:
+		t.Errorf("%s: runbook_url %q does not start with %s", alert, url, runbookBase)
+	case anchor != strings.ToLower(alert):
+		t.Errorf("%s: runbook_url anchor %q, want its own section %q", alert, anchor, strings.ToLower(alert))
+	case !anchors[anchor]:
+		t.Errorf("%s: runbook_url anchor %q is not a heading of %s", alert, anchor, runbooks)
+	}
+}
+
+// runbookAnchors are the anchors GitHub gives the headings of docs/runbooks.md.
+func runbookAnchors(t *testing.T) map[string]bool {
+	t.Helper()
+	b, err := os.ReadFile(runbooks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	anchors := map[string]bool{}
+	inFence := false
+	for _, line := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(line, "```") {
+			inFence = !inFence
+		}
+		if inFence || !strings.HasPrefix(line, "#") {
+			continue
+		}
+		anchors[headingAnchor(strings.TrimLeft(line, "#"))] = true
+	}
+	return anchors
+}
+
+// headingAnchor is GitHub's anchor of a Markdown heading: lower case, punctuation dropped,
+// spaces as hyphens.
+func headingAnchor(heading string) string {
+	var b strings.Builder
+	for _, r := range strings.ToLower(strings.TrimSpace(heading)) {
+		switch {
+		case r == ' ':
+			b.WriteRune('-')
+		case r == '-' || r == '_' || unicode.IsLetter(r) || unicode.IsDigit(r):
+			b.WriteRune(r)
+		}
+	}
+	return b.String()
+}
+
+// Every alert has a runbook section, and every section of the runbooks is an alert's.
+func TestRunbooksCoverTheAlerts(t *testing.T) {
+	b, err := os.ReadFile(rulesFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var f ruleFile
+	if err := yaml.Unmarshal(b, &f); err != nil {
+		t.Fatal(err)
+	}
+	alerts := map[string]bool{}
+	for _, g := range f.Groups {
+		for _, r := range g.Rules {
+			if r.Alert != "" {
+				alerts[strings.ToLower(r.Alert)] = true
+			}
+		}
+	}
+	if len(alerts) == 0 {
+		t.Fatal("no alerts")
+	}
+	doc, err := os.ReadFile(runbooks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(doc), "\n") {
+		if h, ok := strings.CutPrefix(line, "## "); ok && !alerts[headingAnchor(h)] {
+			t.Errorf("%s: section %q is no alert's", runbooks, h)
+		}
+	}
+	if got := headingAnchor(" RetrySchedulerDown "); got != "retryschedulerdown" {
+		t.Errorf("headingAnchor = %q", got)
+	}
+	if got := headingAnchor("Dead letters: what to do (2)"); got != "dead-letters-what-to-do-2" {
+		t.Errorf("headingAnchor = %q", got)
 	}
 }
 

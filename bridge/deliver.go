@@ -124,7 +124,7 @@ func (s *session) deliver(spanCtx context.Context, span trace.Span, e *entry) re
 	if r.outcome == OutcomeAccepted {
 		b.metrics.reportAccepted(rep.Message.OriginalQueue)
 		b.countBreakerFailure(rep)
-		log.Info("failure report accepted", "outcome", r.outcome, "source", rep.Source)
+		log.Debug("failure report accepted", "outcome", r.outcome, "source", rep.Source)
 	} else {
 		log.Warn("failure report accepted but delivery not acked: channel gone; the broker will redeliver it", "outcome", r.outcome)
 	}

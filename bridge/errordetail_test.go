@@ -140,7 +140,8 @@ func TestPoisonEnvelopeNamesTheScheduler(t *testing.T) {
 func TestLogLinesCarryCorrelationID(t *testing.T) {
 	var buf bytes.Buffer
 	s, _ := testSession(t, &fakeReporter{}, &fakePublisher{})
-	s.b.log = slog.New(slog.NewJSONHandler(&buf, nil))
+	// Debug: an accepted report is a per-message event.
+	s.b.log = slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	f := validRetryMessage()
 	f["correlation_id"] = "corr-9"
 	s.process(&entry{d: amqp.Delivery{Acknowledger: &fakeAck{}, ContentType: "application/json", Body: jsonBody(t, f)}})

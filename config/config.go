@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -166,6 +167,9 @@ type Config struct {
 	// LogLevel is debug, info, warn or error. Env LOG_LEVEL, flag -log-level.
 	// Defaults to "info".
 	LogLevel string
+	// LogFormat is auto, text or json: auto writes text to a terminal and JSON otherwise
+	// (a pipe, a file, a container's log). Env LOG_FORMAT, flag -log-format. Defaults to auto.
+	LogFormat string
 	// MetricsInterval is how often the depth gauges (retry_queue_depth, retry_due,
 	// dead_letter_depth, dead_letter_oldest_age_seconds) are refreshed from Temporal
 	// visibility counts, where the bridge runs. Env METRICS_INTERVAL, flag -metrics-interval.
@@ -340,6 +344,7 @@ func Default() Config {
 		ServiceName:        DefaultServiceName,
 		ServiceVersion:     DefaultServiceVersion,
 		LogLevel:           DefaultLogLevel,
+		LogFormat:          LogFormatAuto,
 		MetricsInterval:    DefaultMetricsInterval,
 		DepthPoller:        On,
 		QueueType:          broker.QueueTypeClassic,
@@ -488,12 +493,34 @@ func (c Config) RunsDepthPoller() bool {
 // BreakersEnabled reports whether the per-destination circuit breakers are on.
 func (c Config) BreakersEnabled() bool { return c.Breakers == BreakersOn }
 
-// NewLogger is the service's logger: JSON lines to w, at LogLevel. The mains build it once and
-// inject it everywhere.
+// The log formats of LOG_FORMAT.
+const (
+	LogFormatAuto = "auto"
+	LogFormatText = "text"
+	LogFormatJSON = "json"
+)
+
+// NewLogger is the service's logger at LogLevel: text lines for a person when LogFormat is text,
+// or auto and w is a terminal; JSON lines otherwise. The mains build it once and inject it
+// everywhere.
 func (c Config) NewLogger(w io.Writer) *slog.Logger {
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(c.LogLevel)); err != nil {
 		level = slog.LevelInfo // Validate refuses any other level; a hand-built Config may hold one
 	}
-	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: level}))
+	opts := &slog.HandlerOptions{Level: level}
+	if c.LogFormat == LogFormatText || (c.LogFormat != LogFormatJSON && isTerminal(w)) {
+		return slog.New(slog.NewTextHandler(w, opts))
+	}
+	return slog.New(slog.NewJSONHandler(w, opts))
+}
+
+// isTerminal reports whether w is a character device (a terminal), not a pipe or a file.
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
 }

@@ -9,6 +9,8 @@ import (
 	"github.com/retry-scheduler/retry-scheduler/policy"
 	"github.com/retry-scheduler/retry-scheduler/worker"
 	"github.com/retry-scheduler/retry-scheduler/workflows"
+	"io"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -60,6 +62,7 @@ func TestDefaults(t *testing.T) {
 		ServiceName:        "retry-scheduler",
 		ServiceVersion:     "dev",
 		LogLevel:           "info",
+		LogFormat:          "auto",
 		MetricsInterval:    15 * time.Second,
 		QueueType:          "classic",
 		Breakers:           "on",
@@ -119,6 +122,7 @@ func TestEnvAndFlags(t *testing.T) {
 		{"SERVICE_VERSION", "1.2.3", "service-version", "1.2.4", func(c Config) any { return c.ServiceVersion }, "1.2.3", "1.2.4"},
 		{"TEMPORAL_UI_URL", "http://ui:8233/", "temporal-ui-url", "https://ui.example", func(c Config) any { return c.TemporalUIURL }, "http://ui:8233", "https://ui.example"},
 		{"LOG_LEVEL", "DEBUG", "log-level", "warn", func(c Config) any { return c.LogLevel }, "debug", "warn"},
+		{"LOG_FORMAT", "Text", "log-format", "json", func(c Config) any { return c.LogFormat }, "text", "json"},
 		{"METRICS_INTERVAL", "30s", "metrics-interval", "1m", func(c Config) any { return c.MetricsInterval }, 30 * time.Second, time.Minute},
 		{"DEPTH_POLLER", "Off", "depth-poller", "on", func(c Config) any { return c.DepthPoller }, "off", "on"},
 		{"QUEUE_TYPE", "quorum", "queue-type", "classic", func(c Config) any { return c.QueueType }, "quorum", "classic"},
@@ -244,6 +248,7 @@ func TestRefusals(t *testing.T) {
 		{"retention zero", nil, []string{"DEAD_LETTER_RETENTION", "0d"}, `DEAD_LETTER_RETENTION (0s) must be above 0`},
 		{"empty service", []string{"-service-name", ""}, nil, `SERVICE_NAME: must not be empty`},
 		{"log level", nil, []string{"LOG_LEVEL", "verbose"}, `LOG_LEVEL: unknown level "verbose"`},
+		{"log format", nil, []string{"LOG_FORMAT", "logfmt"}, `LOG_FORMAT: unknown format "logfmt" (want auto, text or json)`},
 		{"queue type", nil, []string{"QUEUE_TYPE", "stream"}, `QUEUE_TYPE: unknown queue type "stream"`},
 		{"breakers", nil, []string{"BREAKERS", "maybe"}, `BREAKERS: unknown value "maybe" (want on or off)`},
 		{"breaker refresh zero", nil, []string{"BREAKER_REFRESH", "0s"}, `BREAKER_REFRESH (0s) must be above 0`},
@@ -417,6 +422,37 @@ func TestNewLogger(t *testing.T) {
 	assert.NotContains(t, b.String(), "hidden")
 	assert.Contains(t, b.String(), `"msg":"shown"`)
 	assert.Contains(t, b.String(), `"token":"xxxxx"`)
+}
+
+// LOG_FORMAT: text and json as asked; auto writes JSON to anything but a terminal (a pipe
+// here) and text to a terminal.
+func TestNewLoggerFormat(t *testing.T) {
+	line := func(format string, w io.Writer, read func() string) string {
+		c, err := Load(nil, env("LOG_FORMAT", format))
+		require.NoError(t, err)
+		c.NewLogger(w).Info("hello", "k", "v")
+		return read()
+	}
+	var b bytes.Buffer
+	assert.Equal(t, "{", line("json", &b, b.String)[:1])
+	b.Reset()
+	text := line("text", &b, b.String)
+	assert.Contains(t, text, "msg=hello k=v")
+	b.Reset()
+	assert.Equal(t, "{", line("auto", &b, b.String)[:1], "a buffer is not a terminal")
+
+	r, w, err := os.Pipe()
+	require.NoError(t, err)
+	defer r.Close()
+	out := line("auto", w, func() string { w.Close(); all, _ := io.ReadAll(r); return string(all) })
+	assert.True(t, strings.HasPrefix(out, "{"), "a pipe gets JSON: %q", out)
+	assert.False(t, isTerminal(w))
+
+	// A terminal is a character device, as the null device is: text.
+	null, err := os.OpenFile(os.DevNull, os.O_WRONLY, 0)
+	require.NoError(t, err)
+	defer null.Close()
+	assert.True(t, isTerminal(null), "%s is a character device", os.DevNull)
 }
 
 // The depth poller runs where a bridge runs, unless DEPTH_POLLER=off: one per deployment.

@@ -108,6 +108,7 @@ func (c *Config) settings() []setting {
 		{"SERVICE_NAME", "the scheduler's name in its own dead letters (poison, oversize), envelopes' app_id, AMQP connection names and the startup log", (*text)(&c.ServiceName)},
 		{"SERVICE_VERSION", "the scheduler's version in its own dead letters and the startup log", (*text)(&c.ServiceVersion)},
 		{"LOG_LEVEL", "debug, info, warn or error", (*word)(&c.LogLevel)},
+		{"LOG_FORMAT", "auto (text to a terminal, JSON otherwise), text or json", (*word)(&c.LogFormat)},
 		{"METRICS_INTERVAL", "how often depth gauges are refreshed from Temporal visibility", (*duration)(&c.MetricsInterval)},
 		{"DEPTH_POLLER", "refresh the depth gauges from Temporal visibility here: on or off (run one per deployment)", (*word)(&c.DepthPoller)},
 		{"QUEUE_TYPE", "type of declared queues: classic or quorum", (*word)(&c.QueueType)},

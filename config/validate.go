@@ -117,6 +117,11 @@ func (c Config) Validate() error {
 	default:
 		bad("LOG_LEVEL: unknown level %q (want debug, info, warn or error)", c.LogLevel)
 	}
+	switch c.LogFormat {
+	case LogFormatAuto, LogFormatText, LogFormatJSON:
+	default:
+		bad("LOG_FORMAT: unknown format %q (want auto, text or json)", c.LogFormat)
+	}
 	if c.MetricsInterval <= 0 {
 		bad("METRICS_INTERVAL (%s) must be above 0", c.MetricsInterval)
 	}

@@ -530,7 +530,7 @@ func (b *breakerRun) continueAsNew() error {
 		b.timer.cancel()
 	}
 	st := b.st
-	workflow.GetLogger(b.ctx).Info("breaker continues as new", "queue", st.Queue, "mode", st.Mode)
+	workflow.GetLogger(b.ctx).Debug("breaker continues as new", "queue", st.Queue, "mode", st.Mode)
 	return workflow.NewContinueAsNewError(b.ctx, BreakerWorkflowName, BreakerInput{Queue: st.Queue, Settings: st.Settings, State: &st})
 }
 

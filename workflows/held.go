@@ -55,7 +55,7 @@ func (r *retryRun) hold(mode string) {
 	s.HeldSince = workflow.Now(r.ctx)
 	r.dropStaleReleases()
 	r.event("held", "", "the destination's breaker is "+mode+": waiting for a release")
-	workflow.GetLogger(r.ctx).Info("retry held",
+	workflow.GetLogger(r.ctx).Debug("retry held",
 		"message_id", s.Message.MessageID, "attempt", s.RetryCount+1, "breaker", mode, "outcome", "held")
 	r.upsert()
 }

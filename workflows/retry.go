@@ -71,7 +71,7 @@ func RetryWorkflow(ctx workflow.Context, in Input) (Result, error) {
 	}
 	r.refusePendingActions()
 	r.setAsidePending()
-	workflow.GetLogger(ctx).Info("retry workflow ended",
+	workflow.GetLogger(ctx).Debug("retry workflow ended",
 		"message_id", r.state.Message.MessageID, "status", r.state.Status, "retry_count", r.state.RetryCount)
 	return Result{Status: r.state.Status, RetryCount: r.state.RetryCount, Sequence: r.state.Sequence}, nil
 }
@@ -330,7 +330,7 @@ func (r *retryRun) failed(rep message.FailureReport, now time.Time) {
 		return
 	}
 	r.count(MetricRetriesScheduled)
-	workflow.GetLogger(r.ctx).Info("retry scheduled",
+	workflow.GetLogger(r.ctx).Debug("retry scheduled",
 		"message_id", s.Message.MessageID, "attempt", d.Attempt, "next_retry_at", s.NextRetryAt,
 		"category", d.Category, "outcome", "scheduled")
 	if !r.delayedStart && !r.heldStart { // else the start set these search attributes
@@ -507,8 +507,6 @@ func (r *retryRun) republish() {
 	}
 	s.NextRetryAt = time.Time{}
 	s.Status = StatusAwaitingOutcome
-	workflow.GetLogger(r.ctx).Info("retry republished",
-		"message_id", s.Message.MessageID, "attempt", attempt, "retry_key", key, "outcome", "republished")
 	r.upsert()
 }
 
@@ -527,7 +525,7 @@ func (r *retryRun) waitOutcome() {
 	sel.Select(r.ctx)
 	if quiet && s.Status == StatusAwaitingOutcome && !r.takePendingReports() {
 		s.Status = StatusDelivered
-		workflow.GetLogger(r.ctx).Info("retry delivered",
+		workflow.GetLogger(r.ctx).Debug("retry delivered",
 			"message_id", s.Message.MessageID, "attempt", s.RetryCount, "outcome", "delivered")
 		r.upsert()
 	}
@@ -541,7 +539,9 @@ func (r *retryRun) toDead(cause, detail string) {
 	s.Status = StatusDead
 	s.DeadReason, s.DeadDetail, s.DeadAt = cause, detail, now
 	s.NextRetryAt = time.Time{}
+	var dlqID string // the envelope's id on the dead-letter queue
 	if s.Poison != nil && cause == s.Poison.Kind {
+		dlqID = s.Poison.DLQID
 		// The bridge published this delivery's envelope, with the full bytes, before it
 		// started or signalled the run.
 		if s.Poison.EnvelopeError != "" {
@@ -551,6 +551,7 @@ func (r *retryRun) toDead(cause, detail string) {
 		}
 	} else {
 		env := r.envelope(now)
+		dlqID = env.DLQID
 		var acts *activities.Activities
 		err := workflow.ExecuteLocalActivity(workflow.WithLocalActivityOptions(r.ctx, deadLetterOptions), acts.DeadLetter,
 			activities.DeadLetterInput{Queue: s.DeadLetterQueue, Envelope: env}).Get(r.ctx, nil)
@@ -565,7 +566,7 @@ func (r *retryRun) toDead(cause, detail string) {
 	}
 	workflow.GetLogger(r.ctx).Info("dead-lettered",
 		"message_id", s.Message.MessageID, "attempt", s.RetryCount, "cause", cause, "outcome", "dead",
-		"dead_letter_queue", s.DeadLetterQueue)
+		"dead_letter_queue", s.DeadLetterQueue, "dlq_id", dlqID)
 	r.upsert()
 }
 
@@ -640,7 +641,7 @@ func (r *retryRun) retryFromDead(a OperatorAction) {
 	}
 	s.Status = StatusRepublishing
 	r.count(MetricRetriesScheduled)
-	workflow.GetLogger(r.ctx).Info("retry scheduled",
+	workflow.GetLogger(r.ctx).Debug("retry scheduled",
 		"message_id", s.Message.MessageID, "attempt", 1, "next_retry_at", s.NextRetryAt,
 		"actor", a.Actor, "outcome", "scheduled")
 	r.upsert()

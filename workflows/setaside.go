@@ -56,7 +56,13 @@ func (r *retryRun) setAside(rep message.FailureReport, reason, detail string) {
 	r.event("report-set-aside", "", reason+": "+detail)
 	workflow.GetMetricsHandler(r.ctx).WithTags(map[string]string{"queue": s.Message.OriginalQueue, "reason": reason}).
 		Counter(MetricReportsSetAside).Inc(1)
-	workflow.GetLogger(r.ctx).Info("failure report set aside",
+	// A redelivery or a late duplicate is routine; a report without retry_key behind the
+	// attempt points to a producer that does not copy x-retry-key: the operator's business.
+	logAt := workflow.GetLogger(r.ctx).Debug
+	if reason == SetAsideBehindCount || reason == SetAsideBeforeRepublish {
+		logAt = workflow.GetLogger(r.ctx).Info
+	}
+	logAt("failure report set aside",
 		"message_id", s.Message.MessageID, "attempt", s.RetryCount, "reason", reason, "outcome", "set-aside",
 		"retry_count", rep.RetryCount, "retry_key", rep.RetryKey, "status", string(s.Status), "detail", detail)
 }

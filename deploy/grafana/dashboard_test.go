@@ -139,7 +139,7 @@ func TestDashboardModel(t *testing.T) {
 		assert.Equal(t, "datasource", ds.Type)
 		assert.Equal(t, "prometheus", string(bytes.Trim(ds.Query, `"`)), "the datasource variable lists Prometheus data sources")
 	}
-	for _, name := range []string{"job", "namespace"} {
+	for _, name := range []string{"job", "namespace", "queue"} {
 		v, ok := vars[name]
 		if !assert.True(t, ok, "no %s variable", name) {
 			continue
@@ -306,4 +306,36 @@ func TestQueriedMetricsReadsVariablesAndNestedPanels(t *testing.T) {
 	assert.ErrorContains(t, err, "variable v")
 	_, err = QueriedMetrics([]byte(`{"panels": [{"id": 1, "title": "T", "targets": [{"refId": "A", "expr": "sum(a"}]}]}`))
 	assert.ErrorContains(t, err, "panel 1 (T) target A")
+}
+
+// The per-queue panels follow the queue variable; the stat panels show what an operator checks
+// first; the dead-letter publish failures a critical alert watches have their panel.
+func TestDashboardQueueFilterAndStats(t *testing.T) {
+	_, d := load(t)
+	perQueue := []string{"retries_scheduled_total", "retries_executed_total", "retries_exhausted_total", "breaker_state", "retries_held"}
+	stats := map[string]bool{}
+	publishFailures := false
+	for _, p := range all(d.Panels) {
+		for _, tg := range p.Targets {
+			for _, m := range perQueue {
+				for _, sel := range regexp.MustCompile(regexp.QuoteMeta(m)+`\{[^}]*\}`).FindAllString(tg.Expr, -1) {
+					assert.Contains(t, sel, `queue=~"$queue"`, "%s %s: %s is per queue but not filtered by the queue variable", p.Title, tg.RefID, m)
+				}
+			}
+			if p.Type == "stat" {
+				names, err := promql.MetricNames(tg.Expr)
+				require.NoError(t, err)
+				for _, n := range names {
+					stats[n] = true
+				}
+			}
+			if strings.Contains(tg.Expr, "dead_letter_publish_failures_total") && p.Type == "timeseries" {
+				publishFailures = true
+			}
+		}
+	}
+	for _, n := range []string{"dead_letter_depth", "dead_letter_oldest_age_seconds", "retry_due", "bridge_consuming"} {
+		assert.True(t, stats[n], "no stat panel of %s", n)
+	}
+	assert.True(t, publishFailures, "no panel of dead_letter_publish_failures_total")
 }

@@ -68,11 +68,31 @@ func baseCounts(extra map[string]int) map[string]int {
 
 var layouts = []layout{
 	{"base", baseCounts(nil)},
-	{"testdata/keda", baseCounts(map[string]int{"ScaledObject": 2, "TriggerAuthentication": 1})},
+	{"testdata/keda", baseCounts(map[string]int{"ScaledObject": 2, "TriggerAuthentication": 2})},
 	{"testdata/hpa", baseCounts(map[string]int{"HorizontalPodAutoscaler": 2})},
 	{"testdata/servicemonitor", baseCounts(map[string]int{"ServiceMonitor": 1})},
-	{exampleOverlay, baseCounts(map[string]int{"ScaledObject": 2, "TriggerAuthentication": 1, "ServiceMonitor": 1})},
+	{"testdata/prometheusrule", baseCounts(map[string]int{"PrometheusRule": 1})},
+	{exampleOverlay, baseCounts(map[string]int{"ScaledObject": 2, "TriggerAuthentication": 2, "ServiceMonitor": 1, "PrometheusRule": 1})},
+	{secondInstall, baseCounts(map[string]int{"ScaledObject": 2, "TriggerAuthentication": 2, "ServiceMonitor": 1})},
 }
+
+// secondInstall is a second install next to exampleOverlay, in its namespace: its own
+// instance and name suffix.
+const secondInstall = "testdata/second-install"
+
+// The recommended labels every object and pod template carries; selectors use only
+// selectorLabels (a Deployment's selector is immutable, so labels that change, like
+// version, stay out).
+const (
+	labelName      = "app.kubernetes.io/name"
+	labelInstance  = "app.kubernetes.io/instance"
+	labelVersion   = "app.kubernetes.io/version"
+	labelComponent = "app.kubernetes.io/component"
+	labelPartOf    = "app.kubernetes.io/part-of"
+	labelManagedBy = "app.kubernetes.io/managed-by"
+)
+
+var selectorLabels = []string{labelComponent, labelInstance, labelName}
 
 // The custom resources, reduced to the fields the manifests use; decoded strictly, so a field
 // outside them (a misspelt one included) fails the test.
@@ -120,6 +140,28 @@ type triggerAuthentication struct {
 	} `json:"spec"`
 }
 
+// ruleGroup is a Prometheus rule group, as the rules file and a PrometheusRule hold it.
+type ruleGroup struct {
+	Name     string `json:"name"`
+	Interval string `json:"interval,omitempty"`
+	Rules    []struct {
+		Record      string            `json:"record,omitempty"`
+		Alert       string            `json:"alert,omitempty"`
+		Expr        string            `json:"expr"`
+		For         string            `json:"for,omitempty"`
+		Labels      map[string]string `json:"labels,omitempty"`
+		Annotations map[string]string `json:"annotations,omitempty"`
+	} `json:"rules"`
+}
+
+type prometheusRuleObject struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata"`
+	Spec              struct {
+		Groups []ruleGroup `json:"groups"`
+	} `json:"spec"`
+}
+
 type serviceMonitor struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata"`
@@ -148,6 +190,7 @@ type objects struct {
 	scaledObjects   []scaledObject
 	triggerAuths    []triggerAuthentication
 	serviceMonitors []serviceMonitor
+	prometheusRules []prometheusRuleObject
 }
 
 type objectRef struct {
@@ -244,6 +287,11 @@ func decode(source string, stream []byte) (*objects, []error) {
 			if strict(&v) {
 				o.serviceMonitors, meta = append(o.serviceMonitors, v), v.ObjectMeta
 			}
+		case "monitoring.coreos.com/v1, Kind=PrometheusRule":
+			var v prometheusRuleObject
+			if strict(&v) {
+				o.prometheusRules, meta = append(o.prometheusRules, v), v.ObjectMeta
+			}
 		default:
 			errs = append(errs, fmt.Errorf("%s: document %d: unexpected %s (teach the test its type and checks)", source, i, gvk))
 			continue
@@ -337,9 +385,9 @@ type overlayImage struct {
 	Digest  string `json:"digest"`
 }
 
-func readOverlay(t *testing.T, title string) (namespace string, image overlayImage) {
+func readOverlay(t *testing.T, dir, title string) (namespace string, image overlayImage) {
 	t.Helper()
-	b, err := os.ReadFile(path.Join(exampleOverlay, "kustomization.yaml"))
+	b, err := os.ReadFile(path.Join(dir, "kustomization.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -348,14 +396,14 @@ func readOverlay(t *testing.T, title string) (namespace string, image overlayIma
 		Images    []overlayImage `json:"images"`
 	}
 	if err := yaml.Unmarshal(b, &k); err != nil {
-		t.Fatalf("%s/kustomization.yaml: %v", exampleOverlay, err)
+		t.Fatalf("%s/kustomization.yaml: %v", dir, err)
 	}
 	for _, im := range k.Images {
 		if im.Name == title {
 			return k.Namespace, im
 		}
 	}
-	t.Fatalf("%s/kustomization.yaml: no images entry for %q", exampleOverlay, title)
+	t.Fatalf("%s/kustomization.yaml: no images entry for %q", dir, title)
 	return "", overlayImage{}
 }
 
@@ -412,8 +460,10 @@ func TestManifests(t *testing.T) {
 			checkServices(t, o, procs)
 			checkScalers(t, o, procs, secrets)
 			checkServiceMonitors(t, o, status)
+			checkPrometheusRules(t, o)
+			checkLabels(t, o, procs)
 			if l.dir == exampleOverlay {
-				ns, _ := readOverlay(t, title)
+				ns, _ := readOverlay(t, exampleOverlay, title)
 				if ns == "" {
 					t.Errorf("%s sets no namespace", exampleOverlay)
 				}
@@ -818,8 +868,8 @@ func spreads(pod corev1.PodSpec, podLabels map[string]string) bool {
 // its registry and pins a tag or digest.
 func checkImages(t *testing.T, dir string, procs []process, title string) {
 	want, pinned := title, ""
-	if dir == exampleOverlay {
-		_, im := readOverlay(t, title)
+	if dir == exampleOverlay || dir == secondInstall {
+		_, im := readOverlay(t, dir, title)
 		if im.NewName == "" || im.NewName == title {
 			t.Errorf("%s: the overlay does not rename the image %s (images: newName)", dir, title)
 		}
@@ -1015,10 +1065,16 @@ func checkScalers(t *testing.T, o *objects, procs []process, secrets map[string]
 						t.Errorf("%s: temporal trigger %s %q, but Deployment %s uses %q", by, field, got, p.deploy.Name, want)
 					}
 				}
-				types := strings.Split(md["queueTypes"], ",")
-				if !slices.Contains(types, "workflow") || !slices.Contains(types, "activity") {
-					t.Errorf("%s: temporal trigger queueTypes %q, want workflow and activity", by, md["queueTypes"])
+				// The worker runs its activities as local activities: it polls workflow
+				// tasks only, and an activity backlog would be no work of its.
+				if md["queueTypes"] != "workflow" {
+					t.Errorf("%s: temporal trigger queueTypes %q, want workflow (the worker polls no activity tasks)", by, md["queueTypes"])
 				}
+				// The scaler authenticates as the worker does: the API key of its Secret.
+				if md["apiKey"] != "" || md["apiKeyFromEnv"] != "" {
+					t.Errorf("%s: temporal trigger: the API key belongs in a TriggerAuthentication, not in metadata", by)
+				}
+				checkTemporalAuth(t, by, tr.AuthenticationRef, auths, p)
 				checkPositive(t, by, "targetQueueSize", md["targetQueueSize"])
 			case "rabbitmq":
 				if md["queueName"] != p.cfg.RetryQueue {
@@ -1041,6 +1097,37 @@ func checkScalers(t *testing.T, o *objects, procs []process, secrets map[string]
 			t.Errorf("Deployment %s: no replicas and no autoscaler", p.deploy.Name)
 		}
 	}
+}
+
+// checkTemporalAuth: the temporal trigger's TriggerAuthentication passes apiKey from the very
+// Secret key the worker reads TEMPORAL_API_KEY from.
+func checkTemporalAuth(t *testing.T, by string, ref *struct {
+	Name string `json:"name"`
+	Kind string `json:"kind,omitempty"`
+}, auths map[string]triggerAuthentication, p process) {
+	if ref == nil {
+		t.Errorf("%s: temporal trigger has no authenticationRef (the Secret's TEMPORAL_API_KEY)", by)
+		return
+	}
+	var workerRef *corev1.SecretKeySelector
+	for _, e := range p.c.Env {
+		if e.Name == "TEMPORAL_API_KEY" && e.ValueFrom != nil {
+			workerRef = e.ValueFrom.SecretKeyRef
+		}
+	}
+	if workerRef == nil {
+		t.Errorf("%s: Deployment %s reads no TEMPORAL_API_KEY from a Secret", by, p.deploy.Name)
+		return
+	}
+	for _, st := range auths[ref.Name].Spec.SecretTargetRef {
+		if st.Parameter == "apiKey" {
+			if st.Name != workerRef.Name || st.Key != workerRef.Key {
+				t.Errorf("%s: apiKey from Secret %s key %s, but Deployment %s reads TEMPORAL_API_KEY from %s key %s", by, st.Name, st.Key, p.deploy.Name, workerRef.Name, workerRef.Key)
+			}
+			return
+		}
+	}
+	t.Errorf("%s: TriggerAuthentication %s has no apiKey parameter", by, ref.Name)
 }
 
 func checkPositive(t *testing.T, by, field, v string) {
@@ -1125,4 +1212,161 @@ func TestDecodeStrict(t *testing.T) {
 	if len(errs) > 0 || o.counts["ConfigMap"] != 1 || o.counts["ScaledObject"] != 1 || o.configMaps[0].Data["A"] != "a" {
 		t.Errorf("good documents: counts %v, errors %v", o.counts, errs)
 	}
+}
+
+// checkLabels: every object and pod template carries the recommended labels, one instance and
+// one version per render (the version the image's tag); selectors use name, instance and
+// component only, so that they never change with a release and never reach another
+// instance's pods.
+func checkLabels(t *testing.T, o *objects, procs []process) {
+	instances, versions := map[string]bool{}, map[string]bool{}
+	check := func(where string, l map[string]string) {
+		for _, k := range []string{labelName, labelInstance, labelVersion, labelComponent, labelPartOf, labelManagedBy} {
+			if l[k] == "" {
+				t.Errorf("%s: no label %s (labels %v)", where, k, l)
+			}
+		}
+		if l[labelName] != "retry-scheduler" || l[labelPartOf] != "retry-scheduler" || l[labelManagedBy] != "kustomize" {
+			t.Errorf("%s: name %q, part-of %q, managed-by %q; want retry-scheduler, retry-scheduler, kustomize", where, l[labelName], l[labelPartOf], l[labelManagedBy])
+		}
+		instances[l[labelInstance]], versions[l[labelVersion]] = true, true
+	}
+	for _, m := range o.metas {
+		check(m.kind+" "+m.meta.Name, m.meta.Labels)
+	}
+	for _, d := range o.deployments {
+		where := "Deployment " + d.Name
+		check(where+" pod template", d.Spec.Template.Labels)
+		if d.Spec.Template.Labels[labelComponent] != d.Labels[labelComponent] {
+			t.Errorf("%s: pod component %q, Deployment's %q", where, d.Spec.Template.Labels[labelComponent], d.Labels[labelComponent])
+		}
+		if d.Spec.Selector != nil {
+			checkSelectorKeys(t, where, d.Spec.Selector.MatchLabels, len(d.Spec.Selector.MatchExpressions), selectorLabels)
+		}
+	}
+	for _, pdb := range o.pdbs {
+		if pdb.Spec.Selector != nil {
+			checkSelectorKeys(t, "PodDisruptionBudget "+pdb.Name, pdb.Spec.Selector.MatchLabels, len(pdb.Spec.Selector.MatchExpressions), selectorLabels)
+		}
+	}
+	for _, s := range o.services {
+		want := selectorLabels
+		if s.Spec.ClusterIP == corev1.ClusterIPNone { // the metrics Service: every component
+			want = []string{labelInstance, labelName}
+		}
+		checkSelectorKeys(t, "Service "+s.Name, s.Spec.Selector, 0, want)
+	}
+	for _, sm := range o.serviceMonitors {
+		checkSelectorKeys(t, "ServiceMonitor "+sm.Name, sm.Spec.Selector.MatchLabels, len(sm.Spec.Selector.MatchExpressions), selectorLabels)
+	}
+	if len(instances) != 1 || len(versions) != 1 {
+		t.Errorf("instances %v and versions %v: want one of each in a render", instances, versions)
+	}
+	for _, p := range procs {
+		if tag := imageTag(p.c.Image); !versions[tag] {
+			t.Errorf("Deployment %s: image tag %q is not the version label %v", p.deploy.Name, tag, versions)
+		}
+	}
+}
+
+// checkSelectorKeys: a selector of exactly these label keys, no expressions.
+func checkSelectorKeys(t *testing.T, where string, matchLabels map[string]string, expressions int, want []string) {
+	var keys []string
+	for k := range matchLabels {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	if !slices.Equal(keys, want) || expressions > 0 {
+		t.Errorf("%s: selector on %v (and %d expressions), want exactly %v", where, keys, expressions, want)
+	}
+}
+
+// imageTag is an image reference's tag, or its digest, or latest.
+func imageTag(ref string) string {
+	if _, digest, ok := strings.Cut(ref, "@"); ok {
+		return digest
+	}
+	if i := strings.LastIndex(ref, ":"); i > strings.LastIndex(ref, "/") {
+		return ref[i+1:]
+	}
+	return "latest"
+}
+
+// Two installs in one namespace (the example overlay and a second instance with a name
+// suffix): no object of one has the name of the other's, and no selector of one reaches the
+// other's pods.
+func TestTwoInstallsDoNotCollide(t *testing.T) {
+	kubectl := testenv.LookPath(t, "kubectl", "install kubectl, which has kustomize built in")
+	a, b := render(t, kubectl, exampleOverlay), render(t, kubectl, secondInstall)
+	collide := func(x, y *objects, xn, yn string) {
+		names := map[string]bool{}
+		for _, m := range x.metas {
+			names[m.kind+"/"+m.meta.Namespace+"/"+m.meta.Name] = true
+		}
+		for _, m := range y.metas {
+			if names[m.kind+"/"+m.meta.Namespace+"/"+m.meta.Name] {
+				t.Errorf("%s and %s both have %s %s/%s", xn, yn, m.kind, m.meta.Namespace, m.meta.Name)
+			}
+		}
+		for _, s := range x.selectors() {
+			for _, d := range y.deployments {
+				if s.sel.Matches(labels.Set(d.Spec.Template.Labels)) {
+					t.Errorf("%s's %s selects the pods of %s's Deployment %s", xn, s.by, yn, d.Name)
+				}
+			}
+		}
+		for _, sm := range x.serviceMonitors {
+			sel, _ := metav1.LabelSelectorAsSelector(&sm.Spec.Selector)
+			for _, s := range y.services {
+				if sel.Matches(labels.Set(s.Labels)) {
+					t.Errorf("%s's ServiceMonitor %s selects %s's Service %s", xn, sm.Name, yn, s.Name)
+				}
+			}
+		}
+	}
+	if a.metas[0].meta.Namespace != b.metas[0].meta.Namespace {
+		t.Fatalf("the two installs are in namespaces %q and %q: the test is about one", a.metas[0].meta.Namespace, b.metas[0].meta.Namespace)
+	}
+	collide(a, b, exampleOverlay, secondInstall)
+	collide(b, a, secondInstall, exampleOverlay)
+	// The second install's ScaledObjects and references follow its suffixed names.
+	for _, so := range b.scaledObjects {
+		if !strings.HasSuffix(so.Spec.ScaleTargetRef.Name, "-b") {
+			t.Errorf("%s: ScaledObject %s scales %s, not its own install's Deployment", secondInstall, so.Name, so.Spec.ScaleTargetRef.Name)
+		}
+		for _, tr := range so.Spec.Triggers {
+			if tr.AuthenticationRef != nil && !strings.HasSuffix(tr.AuthenticationRef.Name, "-b") {
+				t.Errorf("%s: ScaledObject %s uses TriggerAuthentication %s, not its own install's", secondInstall, so.Name, tr.AuthenticationRef.Name)
+			}
+		}
+	}
+}
+
+type namedSelector struct {
+	by  string
+	sel labels.Selector
+}
+
+// selectors are the pod selectors of a render: Deployments', PDBs', Services' and the
+// topology spread constraints'.
+func (o *objects) selectors() []namedSelector {
+	var out []namedSelector
+	add := func(by string, ls *metav1.LabelSelector) {
+		if sel, err := metav1.LabelSelectorAsSelector(ls); err == nil && ls != nil {
+			out = append(out, namedSelector{by, sel})
+		}
+	}
+	for _, d := range o.deployments {
+		add("Deployment "+d.Name, d.Spec.Selector)
+		for _, tsc := range d.Spec.Template.Spec.TopologySpreadConstraints {
+			add("Deployment "+d.Name+" topology spread", tsc.LabelSelector)
+		}
+	}
+	for _, p := range o.pdbs {
+		add("PodDisruptionBudget "+p.Name, p.Spec.Selector)
+	}
+	for _, s := range o.services {
+		out = append(out, namedSelector{"Service " + s.Name, labels.SelectorFromSet(s.Spec.Selector)})
+	}
+	return out
 }
