@@ -46,7 +46,8 @@ func (s *stack) runWithOps() *opsAPI {
 	return &opsAPI{t: s.t, base: "http://" + s.cfg.HTTPAddr}
 }
 
-// call sends body (nil: none; a string: as is; else JSON) and decodes the JSON answer.
+// call sends body (nil: none; a string: as is; else JSON) and decodes the JSON answer, which
+// must match the API's description (checkOpsAnswer).
 func (a *opsAPI) call(token, method, path string, body any) (int, map[string]any) {
 	a.t.Helper()
 	var r io.Reader
@@ -73,6 +74,7 @@ func (a *opsAPI) call(token, method, path string, body any) (int, map[string]any
 	raw, err := io.ReadAll(resp.Body)
 	require.NoError(a.t, err)
 	require.Equal(a.t, "application/json", resp.Header.Get("Content-Type"), "%s %s: %s", method, path, raw)
+	checkOpsAnswer(a.t, method, path, resp, raw)
 	var out map[string]any
 	require.NoError(a.t, json.Unmarshal(raw, &out), "%s %s: %s", method, path, raw)
 	return resp.StatusCode, out

@@ -141,6 +141,8 @@ type API struct {
 	settleEvery time.Duration
 	// scans holds a token per scan running (acquireScan).
 	scans chan struct{}
+	// patterns are the API's routes as Register mounted them ("GET /api/whoami", ...).
+	patterns []string
 }
 
 // NewAPI returns the API; Register mounts it.
@@ -162,8 +164,10 @@ func NewAPI(cfg APIConfig) (*API, error) {
 func (a *API) Register(mux *http.ServeMux) {
 	auth := a.cfg.Auth
 	// Every API route, behind one check that a state-changing call is JSON.
-	api := http.NewServeMux()
+	// The route list is what is registered on api (routeMux, openapi.go): describe each route in ops/openapi.json.
+	api := &routeMux{ServeMux: http.NewServeMux()}
 	mux.Handle("/api/", requireJSON(api))
+	api.HandleFunc("GET /api/openapi.json", serveOpenAPI)
 	api.HandleFunc("GET /api/whoami", auth.require(RoleViewer, a.whoami))
 	api.HandleFunc("GET /api/retry-queue", auth.require(RoleViewer, a.listRetryQueue))
 	api.HandleFunc("GET /api/dead-letters", auth.require(RoleViewer, a.listDeadLetters))
@@ -186,10 +190,11 @@ func (a *API) Register(mux *http.ServeMux) {
 	api.HandleFunc("GET /api/breakers", auth.require(RoleOperator, a.listBreakers))
 	api.HandleFunc("GET /api/breakers/{queue...}", auth.require(RoleOperator, a.getBreaker))
 	api.HandleFunc("POST /api/breakers/{rest...}", auth.require(RoleOperator, a.postBreakerAction))
-	api.HandleFunc("/api/", func(w http.ResponseWriter, r *http.Request) {
+	api.fallback("/api/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, fmt.Sprintf("no route %s %s (see ops/README.md)", r.Method, r.URL.Path))
 	})
 	registerPage(mux)
+	a.patterns = api.patterns
 }
 
 // apiError is an error with its HTTP status; Current, when set, is the item's status.

@@ -357,6 +357,7 @@ func (h *harness) do(token, method, path, body string) (int, map[string]any) {
 	}
 	rec := httptest.NewRecorder()
 	h.srv.ServeHTTP(rec, req)
+	checkAnswer(h.t, method, path, rec)
 	var out map[string]any
 	require.NoError(h.t, json.Unmarshal(rec.Body.Bytes(), &out), "%s %s: %s", method, path, rec.Body.String())
 	return rec.Code, out
