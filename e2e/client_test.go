@@ -3,10 +3,17 @@
 package e2e
 
 import (
+	"bufio"
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -133,4 +140,127 @@ func TestGoClientPermanentDeadLetters(t *testing.T) {
 	st, err := s.state(message.WorkflowID(orders, "gc-2"))
 	require.NoError(t, err)
 	require.Equal(t, workflows.StatusDead, st.Status)
+}
+
+// nodeEvent is a line the Node client's example consumer prints.
+type nodeEvent struct {
+	Event      string `json:"event"`
+	ID         string `json:"id"`
+	RetryCount int    `json:"retry_count"`
+	RetryKey   string `json:"retry_key"`
+	Error      string `json:"error"`
+}
+
+// nodeConsumer runs clients/node/examples/consumer.js on queue, reporting to the stack's
+// ingress, until the test ends; its events arrive on the returned channel. It needs node
+// and the client's node_modules (make test-node installs them): without them the test is
+// skipped, or fails under CI=true.
+func (s *stack) nodeConsumer(queue string) <-chan nodeEvent {
+	t := s.t
+	t.Helper()
+	dir, err := filepath.Abs(filepath.Join("..", "clients", "node"))
+	require.NoError(t, err)
+	node, err := exec.LookPath("node")
+	if err == nil {
+		_, err = os.Stat(filepath.Join(dir, "node_modules", "amqplib"))
+	}
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("the Node client's e2e test needs node and clients/node/node_modules (make test-node): %v", err)
+		}
+		t.Skipf("node or clients/node/node_modules missing (run make test-node first): %v", err)
+	}
+	cmd := exec.Command(node, filepath.Join("examples", "consumer.js"))
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "RABBITMQ_URL="+brokertest.URL(), "QUEUE="+queue, "INGRESS_QUEUE="+s.ingress, "FAIL_TIMES=2")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	events := make(chan nodeEvent, 64)
+	go func() {
+		defer close(events)
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			var e nodeEvent
+			if json.Unmarshal(sc.Bytes(), &e) == nil {
+				events <- e
+			}
+		}
+	}()
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		done := make(chan error, 1)
+		go func() { done <- cmd.Wait() }()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			_ = cmd.Process.Kill()
+			<-done
+		}
+		if t.Failed() {
+			t.Logf("node consumer stderr:\n%s", stderr.String())
+		}
+	})
+	if e := nextNodeEvent(t, events, 30*time.Second); e.Event != "ready" {
+		t.Fatalf("node consumer: first event %+v, want ready; stderr:\n%s", e, stderr.String())
+	}
+	return events
+}
+
+func nextNodeEvent(t *testing.T, events <-chan nodeEvent, timeout time.Duration) nodeEvent {
+	t.Helper()
+	select {
+	case e, ok := <-events:
+		if !ok {
+			t.Fatal("the node consumer exited")
+		}
+		return e
+	case <-time.After(timeout):
+		t.Fatalf("no event from the node consumer within %s", timeout)
+		return nodeEvent{}
+	}
+}
+
+// The Node client against the real service: a consumer reports two transient failures
+// (ECONNRESET), the retries come back with x-retry-count 1 and 2, the third delivery is
+// processed and the workflow ends delivered; a permanent error is dead-lettered at once.
+func TestNodeClientAgainstTheService(t *testing.T) {
+	s := newStack(t)
+	s.run("all")
+	orders := s.queue(s.prefix+".orders", nil)
+	dead := s.consume(s.dlq, nil)
+	events := s.nodeConsumer(orders)
+
+	s.publishRaw(orders, amqp.Publishing{MessageId: "nc-1", ContentType: "application/json", Body: []byte(`{"order":1}`),
+		Headers: amqp.Table{"traceparent": clientTraceparent}})
+	want := []nodeEvent{
+		{Event: "reported", ID: "nc-1", RetryCount: 0, RetryKey: "", Error: "read ECONNRESET"},
+		{Event: "reported", ID: "nc-1", RetryCount: 1, RetryKey: "nc-1:1", Error: "read ECONNRESET"},
+		{Event: "processed", ID: "nc-1", RetryCount: 2, RetryKey: "nc-1:2"},
+	}
+	for _, w := range want {
+		require.Equal(t, w, nextNodeEvent(t, events, 30*time.Second))
+	}
+	r := s.workflowResult(message.WorkflowID(orders, "nc-1"), 60*time.Second)
+	require.Equal(t, workflows.StatusDelivered, r.Status)
+	require.Equal(t, 2, r.RetryCount)
+	st, err := s.state(message.WorkflowID(orders, "nc-1"))
+	require.NoError(t, err)
+	require.Len(t, st.Attempts, 2)
+	for _, a := range st.Attempts {
+		require.Equal(t, "ECONNRESET", a.ErrorCode)
+		require.Equal(t, "transient", a.Category)
+	}
+
+	s.publishRaw(orders, amqp.Publishing{MessageId: "nc-2", Body: []byte(`{"order":2}`), Headers: amqp.Table{"x-fail": "permanent"}})
+	require.Equal(t, nodeEvent{Event: "reported", ID: "nc-2", Error: "order nc-2 references no customer"}, nextNodeEvent(t, events, 30*time.Second))
+	env := envelopeOf(t, dead.next(t, 30*time.Second))
+	require.Equal(t, "nc-2", env.MessageID)
+	require.Equal(t, "non-retryable", env.DeadReason)
+	require.Equal(t, "permanent", env.FailureCategory)
+	require.Equal(t, "orders-node", env.ConsumerService)
+	require.Equal(t, "Error", env.ErrorType)
+	require.Contains(t, env.StackTrace, "references no customer")
 }
