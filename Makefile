@@ -51,7 +51,7 @@ export TEMPORAL_SERVER_DIR
 export TEMPORAL_POSTGRES_HOST TEMPORAL_POSTGRES_PORT TEMPORAL_POSTGRES_USER
 export RABBITMQ_URL
 
-.PHONY: help tools temporal-server chromium promtool kubectl rabbitmq build image replay run docs test test-unit test-integration test-e2e-postgres lint demo bench soak fuzz fuzz-short clean
+.PHONY: help tools temporal-server chromium promtool kubectl rabbitmq build image replay run docs test test-unit test-integration test-e2e-postgres lint demo bench soak fuzz fuzz-short test-node clean
 
 help: ## List the targets
 	@echo "retry-scheduler: make <target>"
@@ -199,6 +199,7 @@ test: tools temporal-server rabbitmq ## lint, unit tests with the coverage gate,
 	@status=0; \
 	$(MAKE) --no-print-directory lint || status=1; \
 	$(MAKE) --no-print-directory test-unit || status=1; \
+	$(MAKE) --no-print-directory test-node || status=1; \
 	$(MAKE) --no-print-directory test-integration || status=1; \
 	$(MAKE) --no-print-directory fuzz-short || status=1; \
 	if [ $$status != 0 ]; then echo "make test: FAILED (see above)" >&2; else echo "make test: ok"; fi; \
@@ -267,6 +268,18 @@ test-e2e-postgres: temporal-server rabbitmq ## e2e tests (-tags integration) aga
 	$(GO) test -race -json -tags integration -timeout $(E2E_TIMEOUT) -p 1 -skip '$(E2E_POSTGRES_SKIP)' ./e2e/ 2>&1 | $(TESTREPORT); rc=$$?; \
 	if [ $$rc != 0 ]; then echo "--- Temporal server log (last lines) ---"; tail -n 40 $$tmp/temporal.log; fi; \
 	exit $$rc
+
+# The Node client's tests: npm ci into clients/node/node_modules (npm's cache under $(CACHE)),
+# then node --test against the RabbitMQ at RABBITMQ_URL. Before test-integration, whose e2e
+# test runs the client's example consumer from those node_modules. Without node the tier is
+# skipped with a message, except under CI=true, where it fails.
+test-node: rabbitmq ## The Node client's tests (clients/node, node --test) against the real RabbitMQ
+	@if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then \
+		if [ "$$CI" = true ]; then echo "test-node: node and npm are required (CI=true)" >&2; exit 1; fi; \
+		echo "== Node client tests: SKIPPED, node or npm not found (install Node.js 18 or later)"; exit 0; \
+	fi; \
+	echo "== Node client tests (node $$(node --version))"; \
+	cd clients/node && npm ci --no-audit --no-fund --loglevel=error --cache "$(CACHE)/npm" && node --test
 
 # Runs every Fuzz target of every package that has one, $(1) each; failures are
 # collected, inputs that fail are kept under the package's testdata/fuzz. A run that fails
