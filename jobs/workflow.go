@@ -22,6 +22,9 @@ const (
 	batchSeconds = 2
 	// maxBatch bounds a batch at high rates.
 	maxBatch = 200
+	// minCanaryBatch is the smallest cap of a batch after a canary passed: the canary's size,
+	// but at least this.
+	minCanaryBatch = 10
 	// pageSize is the visibility page a job reads at a time.
 	pageSize = 500
 	// canarySlack is added to the replayed items' longest quiet window for the default canary
@@ -66,8 +69,6 @@ type job struct {
 	ctx workflow.Context
 	in  Input
 	c   Carry
-	// settled is when the canary last read its pending items' outcomes.
-	settled time.Time
 	// cancel is set by UpdateCancel.
 	cancel *Cancel
 	// steps counts this run's local activities.
@@ -229,8 +230,12 @@ func (j *job) stopping() bool {
 // during a canary no more than the canary still needs.
 func (j *job) batchSize() int {
 	n := int(math.Min(maxBatch, math.Max(1, math.Ceil(j.in.Rate*batchSeconds))))
-	if j.canary() && !j.c.CanaryDone {
+	switch {
+	case j.canary() && !j.c.CanaryDone:
 		n = min(n, max(1, j.in.Canary.N-j.replayed()))
+	case j.canary():
+		// The failure ratio is judged between batches: small ones stop a replay going bad soon.
+		n = min(n, max(j.in.Canary.N, minCanaryBatch))
 	}
 	return n
 }
@@ -372,14 +377,12 @@ func (j *job) canaryTimeout() time.Duration {
 	return j.c.Quiet + canarySlack
 }
 
-// settle reads the outcome of every pending item, at most once per SettleEvery; an item past
-// its timeout is unknown.
+// settle reads the outcome of every pending item once (after a batch, or every SettleEvery
+// while the job waits); an item past its timeout is unknown.
 func (j *job) settle() error {
-	now := workflow.Now(j.ctx)
-	if len(j.c.Pending) == 0 || now.Sub(j.settled) < j.in.SettleEvery {
+	if len(j.c.Pending) == 0 {
 		return nil
 	}
-	j.settled = now
 	var outs []Outcome
 	if err := j.local(workflow.WithLocalActivityOptions(j.ctx, outcomeOptions), (*Activities).JobOutcomes, j.c.Pending, &outs); err != nil {
 		return fmt.Errorf("read the replayed items' outcomes: %w", err)
@@ -387,7 +390,7 @@ func (j *job) settle() error {
 	if len(outs) != len(j.c.Pending) {
 		return fmt.Errorf("read %d outcomes of %d replayed items", len(outs), len(j.c.Pending))
 	}
-	now = workflow.Now(j.ctx)
+	now := workflow.Now(j.ctx)
 	cs := j.c.Progress.Canary
 	left := j.c.Pending[:0:0]
 	for i, b := range j.c.Pending {

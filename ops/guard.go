@@ -60,13 +60,3 @@ func requireJSON(h http.Handler) http.Handler {
 		h.ServeHTTP(w, r)
 	})
 }
-
-// unbounded lifts the server's write deadline for a call that runs as long as its caller
-// waits (replay, purge, retry-matching); every other call stays within BoundedCallTimeout.
-func unbounded(h http.HandlerFunc) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
-		// Not every ResponseWriter supports deadlines (httptest's does not): nothing to lift.
-		_ = http.NewResponseController(w).SetWriteDeadline(time.Time{})
-		h(w, r)
-	}
-}
