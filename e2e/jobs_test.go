@@ -125,7 +125,7 @@ func TestReplayAsAJob(t *testing.T) {
 	// The worker and the ops API (with the bridge) in two processes, as in production: the
 	// ops one restarts mid-job.
 	s.cfg.APITokens = opsTokens
-	s.cfg.ReplayRate = 100
+	s.cfg.ReplayRate = 50
 	workerCfg := s.cfg
 	workerCfg.Mode = config.ModeWorker
 	port, err := devserver.FreePort()

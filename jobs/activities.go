@@ -8,9 +8,11 @@ import (
 	"golang.org/x/sync/errgroup"
 )
 
-// The job's local activities: each is short (a batch takes about batchSeconds at the job's
-// rate), so they run on the worker's local-activity slots, and the workflow keeps every bit
-// of paging state between them.
+// The job's local activities: each is short (a batch is about a second's worth of items at the
+// job's rate, acted on one after the other), so they run on the worker's local-activity slots,
+// and the workflow keeps every bit of paging state between them. The rate is kept by the
+// workflow, which waits between batches: a workflow busy in a local activity answers no query
+// until it is done, an idle one at once.
 
 // ItemTimeout bounds one item's action within a batch.
 const ItemTimeout = 15 * time.Second
@@ -41,11 +43,10 @@ type PageResult struct {
 	Next []byte   `json:"next,omitempty"`
 }
 
-// ApplyRequest acts on IDs, at Rate per second.
+// ApplyRequest acts on IDs.
 type ApplyRequest struct {
 	Target Target   `json:"target"`
 	IDs    []string `json:"ids"`
-	Rate   float64  `json:"rate"`
 }
 
 // JobCount counts the items matching query.
@@ -65,20 +66,16 @@ func (a *Activities) JobPage(ctx context.Context, req PageRequest) (PageResult, 
 	return PageResult{IDs: ids, Next: next}, err
 }
 
-// JobApply acts on each id in turn, one every 1/Rate seconds; an item's failure is its
-// result, not the activity's.
+// JobApply acts on each id in turn; an item's failure is its result, not the activity's.
 func (a *Activities) JobApply(ctx context.Context, req ApplyRequest) ([]Applied, error) {
 	if a.Items == nil {
 		return nil, errNoItems
 	}
-	every := interval(req.Rate)
 	out := make([]Applied, 0, len(req.IDs))
-	next := time.Now()
 	for _, id := range req.IDs {
-		if err := sleepUntil(ctx, next); err != nil {
+		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
-		next = time.Now().Add(every)
 		ictx, cancel := context.WithTimeout(ctx, ItemTimeout)
 		r := a.Items.Apply(ictx, req.Target, id)
 		cancel()
@@ -106,27 +103,4 @@ func (a *Activities) JobOutcomes(ctx context.Context, bs []Baseline) ([]Outcome,
 	}
 	_ = g.Wait()
 	return out, nil
-}
-
-// interval is the time between two items at rate per second.
-func interval(rate float64) time.Duration {
-	if rate <= 0 {
-		return 0
-	}
-	return time.Duration(float64(time.Second) / rate)
-}
-
-func sleepUntil(ctx context.Context, t time.Time) error {
-	d := time.Until(t)
-	if d <= 0 {
-		return ctx.Err()
-	}
-	timer := time.NewTimer(d)
-	defer timer.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-timer.C:
-		return nil
-	}
 }

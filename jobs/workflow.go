@@ -17,9 +17,9 @@ const (
 	DefaultMaxHistory = 2000
 	// DefaultSettleEvery is how often a canary replay reads its replayed items' outcomes.
 	DefaultSettleEvery = time.Second
-	// batchSeconds is about how long one batch takes at the job's rate: progress and a cancel
-	// are seen that often.
-	batchSeconds = 2
+	// batchSeconds is how long one batch takes at the job's rate: the items are acted on, then
+	// the job waits out the rest of it. Progress and a cancel are seen that often.
+	batchSeconds = 1
 	// maxBatch bounds a batch at high rates.
 	maxBatch = 200
 	// minCanaryBatch is the smallest cap of a batch after a canary passed: the canary's size,
@@ -75,9 +75,9 @@ type job struct {
 	steps int
 }
 
-// eventsPerStep is about how many history events a local activity adds (its marker and a
-// workflow task's three events).
-const eventsPerStep = 4
+// eventsPerStep is about how many history events a step adds: a local activity's marker, a
+// batch's timer (started, fired) and a workflow task's three events.
+const eventsPerStep = 6
 
 // longHistory says whether this run's history is long enough to continue as new: its length,
 // or an estimate from its steps where the length is not known (the SDK's test environment).
@@ -267,9 +267,15 @@ func (j *job) nextBatch() ([]string, error) {
 // apply acts on ids and counts the results.
 func (j *job) apply(ids []string) error {
 	var res []Applied
-	req := ApplyRequest{Target: j.in.Target, IDs: ids, Rate: j.in.Rate}
+	req := ApplyRequest{Target: j.in.Target, IDs: ids}
 	if err := j.local(j.ctx, (*Activities).JobApply, req, &res); err != nil {
 		return fmt.Errorf("act on %d items: %w", len(ids), err)
+	}
+	// The rate: a batch of n items takes at least n/rate; the job waits idle (answering its
+	// progress query at once) and a cancel ends the wait.
+	pace := time.Duration(float64(len(ids)) / j.in.Rate * float64(time.Second))
+	if _, err := workflow.AwaitWithTimeout(j.ctx, pace, func() bool { return j.cancel != nil }); err != nil {
+		return err
 	}
 	p := &j.c.Progress
 	now := workflow.Now(j.ctx)
