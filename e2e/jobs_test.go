@@ -246,6 +246,9 @@ func followInBrowser(t *testing.T, base, id string) string {
 	assert.Equal(t, id, p.text("#job-id"))
 	assert.Contains(t, p.text("#progress"), "Replay: ")
 	assert.True(t, mustEval(p, `!document.querySelector("#job-cancel").hidden`), "no cancel button on a running job")
+	// The bar and the progress line are at the top of the page.
+	_, err := p.eval(`window.scrollTo(0, 0) || true`)
+	require.NoError(t, err)
 	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	png, err := chromedp.Run(sctx, chromedp.CaptureScreenshot())
