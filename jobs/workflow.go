@@ -448,6 +448,10 @@ func (j *job) end() (Progress, error) {
 	t := workflow.Now(j.ctx).UTC()
 	out.EndedAt = &t
 	j.c.Progress = out
+	// The end of an operator's action is part of its audit trail.
+	workflow.GetLogger(j.ctx).Info("job ended", "job", out.ID, "kind", out.Kind, "state", out.State, "actor", out.Actor,
+		"reason", out.Reason, "total", out.Total, "done", out.Done, "failed", out.Failed, "remaining", out.Remaining,
+		"stopped", out.Stopped, "cancelled_by", out.CancelledBy)
 	return out, nil
 }
 

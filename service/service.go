@@ -49,8 +49,8 @@ const (
 // and readTimeout for the whole request (API bodies are small JSON), so slow clients cannot
 // hold connections open; an idle keep-alive connection is closed after idleTimeout. A
 // response must be written within writeTimeout, above the longest bounded API call
-// (ops.BoundedCallTimeout, a bulk action); replay, purge and retry-matching, which run at the
-// replay rate as long as their caller waits, lift it for themselves. A stopping server lets
+// (ops.BoundedCallTimeout, a bulk action acting within the call; the long actions answer at
+// once and run as jobs on the workers). A stopping server lets
 // requests in flight finish for up to shutdownTimeout.
 const (
 	readHeaderTimeout = 5 * time.Second

@@ -5,7 +5,6 @@
 
 const TOKEN_KEY = 'retry-scheduler-token';
 const CATEGORIES = ['transient', 'rate-limited', 'permanent', 'validation', 'client', 'configuration', 'unknown'];
-const BULK_CHUNK = 10;
 const REFRESH_MS = 10000;
 
 const $ = (sel, root = document) => root.querySelector(sel);
