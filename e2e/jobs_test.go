@@ -76,8 +76,8 @@ func (p *proc) stop() {
 	select {
 	case err := <-p.done:
 		assert.NoError(p.t, err, "%s process", p.cfg.Mode)
-	case <-time.After(45 * time.Second):
-		p.t.Errorf("%s process did not stop within 45s", p.cfg.Mode)
+	case <-time.After(90 * time.Second):
+		p.t.Errorf("%s process did not stop within 90s", p.cfg.Mode)
 	}
 }
 
@@ -247,8 +247,9 @@ func followInBrowser(t *testing.T, base, id string) string {
 	assert.Contains(t, p.text("#progress"), "Replay: ")
 	assert.True(t, mustEval(p, `!document.querySelector("#job-cancel").hidden`), "no cancel button on a running job")
 	// The bar and the progress line are at the top of the page.
-	_, err := p.eval(`window.scrollTo(0, 0) || true`)
+	scrolled, err := p.eval(`(() => { window.scrollTo(0, 0); return true; })()`)
 	require.NoError(t, err)
+	require.True(t, scrolled)
 	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	png, err := chromedp.Run(sctx, chromedp.CaptureScreenshot())
