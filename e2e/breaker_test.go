@@ -349,10 +349,12 @@ func (s *stack) canaryDeadLetters(api *opsAPI, queue string, n int) []string {
 // replayCanary replays queue's dead letters with a canary of n.
 func (api *opsAPI) replayCanary(queue string, n int) map[string]any {
 	api.t.Helper()
-	out := api.must(200, opToken, "POST", "/api/dead-letters/replay",
-		map[string]any{"queue": queue, "canary": n, "reason": "downstream fixed?"})
-	api.t.Logf("replay with a canary of %d: %v", n, out)
-	return out
+	job := api.waitJob(opToken, api.must(202, opToken, "POST", "/api/dead-letters/replay",
+		map[string]any{"queue": queue, "canary": n, "reason": "downstream fixed?"}))
+	api.t.Logf("replay with a canary of %d: %v", n, job)
+	c := job["canary"].(map[string]any)
+	return map[string]any{"stopped": job["stopped"] != nil, "reason": job["stopped"], "replayed": job["done"],
+		"failed": c["failed"], "delivered": c["delivered"]}
 }
 
 const (

@@ -325,7 +325,7 @@ func TestOpsAPI(t *testing.T) {
 	})
 
 	t.Run("BulkRetry", func(t *testing.T) {
-		out := api.must(200, opToken, "POST", "/api/retry-queue/bulk-retry", map[string]any{
+		out := api.must(200, opToken, "POST", "/api/retry-queue/bulk-retry?wait=true", map[string]any{
 			"ids": []string{sch[1], sch[2], d[4], message.WorkflowID(q, "nope")}, "reason": "smtp back"})
 		assert.EqualValues(t, 2, out["succeeded"])
 		assert.EqualValues(t, 2, out["failed"])
@@ -333,9 +333,10 @@ func TestOpsAPI(t *testing.T) {
 		assert.Contains(t, errs[d[4]], "is dead, not scheduled")
 		assert.Contains(t, errs[message.WorkflowID(q, "nope")], "no message")
 
-		out = api.must(200, opToken, "POST", "/api/dead-letters/bulk-retry", map[string]any{"ids": []string{d[4], sch[1]}})
-		assert.EqualValues(t, 1, out["succeeded"])
-		assert.EqualValues(t, 1, out["failed"])
+		// Without wait, a job: the same outcome, read from the job.
+		job := api.waitJob(opToken, api.must(202, opToken, "POST", "/api/dead-letters/bulk-retry", map[string]any{"ids": []string{d[4], sch[1]}}))
+		assert.EqualValues(t, 1, job["done"])
+		assert.EqualValues(t, 1, job["failed"])
 	})
 
 	t.Run("ReplayAndPurge", func(t *testing.T) {
@@ -347,10 +348,10 @@ func TestOpsAPI(t *testing.T) {
 		assert.EqualValues(t, 0, dry["count"], "nothing has been dead for an hour")
 
 		dry = api.must(200, opToken, "POST", "/api/dead-letters/replay", map[string]any{"queue": q, "dry_run": true})
-		out := api.must(200, opToken, "POST", "/api/dead-letters/replay", map[string]any{"queue": q, "reason": "incident 42 over"})
+		out := api.waitJob(opToken, api.must(202, opToken, "POST", "/api/dead-letters/replay", map[string]any{"queue": q, "reason": "incident 42 over"}))
 		assert.EqualValues(t, 4, dry["count"])
-		assert.Equal(t, dry["count"], out["count"], "the dry run counts what the replay replays")
-		assert.EqualValues(t, 4, out["succeeded"])
+		assert.Equal(t, dry["count"], out["total"], "the dry run counts what the replay replays")
+		assert.EqualValues(t, 4, out["done"])
 		assert.EqualValues(t, 0, out["failed"])
 		api.waitTotal(viewerToken, deadPath, 0)
 
@@ -358,8 +359,8 @@ func TestOpsAPI(t *testing.T) {
 		api.waitTotal(viewerToken, purgePath, 2)
 		dry = api.must(200, adminToken, "POST", "/api/dead-letters/purge", map[string]any{"queue": purgeQ, "category": "permanent", "dry_run": true})
 		assert.EqualValues(t, 2, dry["count"])
-		out = api.must(200, adminToken, "POST", "/api/dead-letters/purge", map[string]any{"queue": purgeQ, "category": "permanent"})
-		assert.EqualValues(t, 2, out["succeeded"])
+		out = api.waitJob(adminToken, api.must(202, adminToken, "POST", "/api/dead-letters/purge", map[string]any{"queue": purgeQ, "category": "permanent"}))
+		assert.EqualValues(t, 2, out["done"])
 		api.waitTotal(viewerToken, purgePath, 0)
 		for _, id := range purge {
 			st, err := s.state(id)
@@ -541,9 +542,9 @@ func TestOpsAPIOperatorViews(t *testing.T) {
 		assert.EqualValues(t, 2, dry["count"])
 		assert.Equal(t, workflows.StatusScheduled, s.retryStatus(schTyped[0]), "a dry run changes nothing")
 
-		out = api.must(200, opToken, "POST", path, map[string]any{"queue": q, "event_type": "order.created", "reason": "smtp back"})
-		assert.EqualValues(t, 2, out["count"])
-		assert.EqualValues(t, 2, out["succeeded"])
+		out = api.waitJob(opToken, api.must(202, opToken, "POST", path, map[string]any{"queue": q, "event_type": "order.created", "reason": "smtp back"}))
+		assert.EqualValues(t, 2, out["total"])
+		assert.EqualValues(t, 2, out["done"])
 		assert.EqualValues(t, 0, out["failed"])
 		for _, id := range schTyped {
 			st, err := s.state(id)
@@ -557,7 +558,8 @@ func TestOpsAPIOperatorViews(t *testing.T) {
 		assert.Equal(t, workflows.StatusDead, s.retryStatus(deadTyped))
 		api.waitTotal(viewerToken, "/api/retry-queue?status=scheduled&queue="+url.QueryEscape(q), 1)
 		// Nothing scheduled matches any more.
-		again := api.must(200, opToken, "POST", path, map[string]any{"queue": q, "event_type": "order.created"})
-		assert.EqualValues(t, 0, again["count"])
+		again := api.waitJob(opToken, api.must(202, opToken, "POST", path, map[string]any{"queue": q, "event_type": "order.created"}))
+		assert.EqualValues(t, 0, again["total"])
+		assert.EqualValues(t, 0, again["done"])
 	})
 }

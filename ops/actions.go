@@ -15,8 +15,8 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 	"golang.org/x/sync/errgroup"
-	"golang.org/x/time/rate"
 
+	"github.com/retry-scheduler/retry-scheduler/jobs"
 	"github.com/retry-scheduler/retry-scheduler/workflows"
 )
 
@@ -246,12 +246,18 @@ type BulkResult struct {
 // maxBulkIDs bounds one bulk call.
 const maxBulkIDs = 1000
 
-// bulk applies act to each listed id that is in one of the statuses from (the table the
-// call is made on), a few at a time, without waiting for the workflows to apply the signals.
+// bulk starts a job that applies act to each listed id that is in one of the statuses from
+// (the table the call is made on), and answers 202 with it. With ?wait=true and at most
+// maxSyncBulk ids it acts in the call instead, a few at a time, and answers 200 with the
+// counts: a small selection in the page finishes well within a request.
 func (a *API) bulk(act action, from ...workflows.Status) http.HandlerFunc {
 	name := "bulk-" + act.Name
 	return func(w http.ResponseWriter, r *http.Request) {
 		p := principalOf(r.Context())
+		if err := knownParams(r.URL.Query(), paramWait); err != nil {
+			fail(w, err)
+			return
+		}
 		var req BulkRequest
 		if err := readJSON(w, r, &req, false); err != nil {
 			fail(w, err)
@@ -259,6 +265,19 @@ func (a *API) bulk(act action, from ...workflows.Status) http.HandlerFunc {
 		}
 		if err := checkBulk(req); err != nil {
 			fail(w, err)
+			return
+		}
+		switch v := r.URL.Query().Get(paramWait); v {
+		case "", "false":
+			a.startJob(w, r, p, jobs.Input{Kind: name, Target: target(p, act, req.Reason, from), IDs: req.IDs, Rate: a.cfg.ReplayRate}, req.IDs)
+			return
+		case "true":
+			if len(req.IDs) > maxSyncBulk {
+				fail(w, badf("wait=true acts on at most %d ids in the call; leave it out to start a job for %d", maxSyncBulk, len(req.IDs)))
+				return
+			}
+		default:
+			fail(w, badf("wait %q is not true or false", v))
 			return
 		}
 		ctx, cancel := context.WithTimeout(r.Context(), bulkTimeout)
@@ -287,6 +306,9 @@ func (a *API) bulk(act action, from ...workflows.Status) http.HandlerFunc {
 	}
 }
 
+// paramWait asks a bulk call to act synchronously.
+const paramWait = "wait"
+
 func checkBulk(req BulkRequest) error {
 	if len(req.IDs) == 0 {
 		return badf(`ids is empty: send {"ids": ["retry/<queue>/<message id>", ...]}`)
@@ -307,23 +329,16 @@ func checkBulk(req BulkRequest) error {
 	return checkReason(req.Reason)
 }
 
-// FilteredResult answers replay and purge. A dry run sets Count only.
+// FilteredResult answers the dry run of a replay, purge or retry-matching: how many match.
 type FilteredResult struct {
-	DryRun    bool              `json:"dry_run"`
-	Count     int64             `json:"count"`
-	Succeeded int               `json:"succeeded"`
-	Failed    int               `json:"failed"`
-	Errors    map[string]string `json:"errors,omitempty"`
-	// Truncated is set when more than MaxScan matched; run again for the rest.
-	Truncated bool `json:"truncated,omitempty"`
+	DryRun bool  `json:"dry_run"`
+	Count  int64 `json:"count"`
 }
 
-// maxReportedErrors bounds the errors a replay or purge lists.
-const maxReportedErrors = 100
-
-// filtered sends act to every item in one of the statuses from matching the body's filter,
-// at ReplayRate signals per second; with dry_run it only counts them. It is the dead letters'
-// replay (retry, with an optional canary: canaryReplay) and purge (discard), and the retry
+// filtered starts a job that sends act to every item in one of the statuses from matching the
+// body's filter, at ReplayRate signals per second, and answers 202 with it; with dry_run it
+// only counts them (200). It is the dead letters'
+// replay (retry, with an optional canary) and purge (discard), and the retry
 // queue's retry-matching (retry of scheduled and held items).
 func (a *API) filtered(act action, from ...workflows.Status) http.HandlerFunc {
 	name := "retry-matching"
@@ -369,48 +384,24 @@ func (a *API) filtered(act action, from ...workflows.Status) http.HandlerFunc {
 			writeJSON(w, http.StatusOK, FilteredResult{DryRun: true, Count: c.GetCount()})
 			return
 		}
-		scanCtx, cancel := context.WithTimeout(r.Context(), listTimeout)
-		items, truncated, err := a.scan(scanCtx, query)
-		cancel()
-		if err != nil {
-			fail(w, err)
-			return
-		}
-		// The request's own context: a long replay runs as long as the caller waits.
-		ctx := r.Context()
-		ids := make([]string, len(items))
-		for i, it := range items {
-			ids[i] = it.ID
-		}
+		in := jobs.Input{Kind: name, Target: target(p, act, req.Reason, from), Query: query, Rate: a.cfg.ReplayRate,
+			Filter: req.filterView(f)}
 		if plan.N > 0 {
-			res := a.canaryReplay(ctx, p, plan, ids, req.Reason)
-			res.Truncated = truncated
-			a.audit(p, name, ids[:res.Replayed+res.Refused], req.Reason, "done", "canary", plan.N, "replayed", res.Replayed,
-				"delivered", res.Delivered, "failed", res.Failed, "unknown", res.Unknown, "stopped", res.Stopped, "stop_reason", res.Reason,
-				"queue", f.Queue, "category", f.Category, "tenant_filter", f.Tenant, "event_type", f.EventType, "older_than", req.OlderThan)
-			writeJSON(w, http.StatusOK, res)
-			return
+			in.Canary = &jobs.Canary{N: plan.N, MaxRatio: plan.MaxRatio, Timeout: plan.Timeout}
 		}
-		lim := rate.NewLimiter(rate.Limit(a.cfg.ReplayRate), 1)
-		res := FilteredResult{Count: int64(len(items)), Errors: map[string]string{}, Truncated: truncated}
-		for _, it := range items {
-			err := lim.Wait(ctx)
-			if err == nil {
-				actx, cancel := context.WithTimeout(ctx, filteredItemTimeout)
-				err = a.apply(actx, p, act, it.ID, req.Reason, from)
-				cancel()
-			}
-			if err != nil {
-				res.Failed++
-				if len(res.Errors) < maxReportedErrors {
-					res.Errors[it.ID] = err.Error()
-				}
-				continue
-			}
-			res.Succeeded++
-		}
-		a.audit(p, name, ids, req.Reason, "done", "succeeded", res.Succeeded, "failed", res.Failed,
-			"queue", f.Queue, "category", f.Category, "tenant_filter", f.Tenant, "event_type", f.EventType, "older_than", req.OlderThan)
-		writeJSON(w, http.StatusOK, res)
+		a.startJob(w, r, p, in, nil, "canary", plan.N, "queue", f.Queue, "category", f.Category, "tenant_filter", f.Tenant,
+			"event_type", f.EventType, "older_than", req.OlderThan)
 	}
+}
+
+// filterView is the filter a job shows: the request's non-empty fields, with f's tenant.
+func (b BulkFilter) filterView(f Filter) map[string]string {
+	out := map[string]string{}
+	for k, v := range map[string]string{paramQueue: f.Queue, paramCategory: f.Category, paramTenant: f.Tenant,
+		paramEventType: f.EventType, "older_than": b.OlderThan} {
+		if v != "" {
+			out[k] = v
+		}
+	}
+	return out
 }

@@ -30,6 +30,8 @@ type Temporal interface {
 	NewWithStartWorkflowOperation(options client.StartWorkflowOptions, workflow any, args ...any) client.WithStartWorkflowOperation
 	UpdateWithStartWorkflow(ctx context.Context, options client.UpdateWithStartWorkflowOptions) (client.WorkflowUpdateHandle, error)
 	GetWorkflowHistory(ctx context.Context, workflowID string, runID string, isLongPoll bool, filterType enumspb.HistoryEventFilterType) client.HistoryEventIterator
+	ExecuteWorkflow(ctx context.Context, options client.StartWorkflowOptions, workflow interface{}, args ...interface{}) (client.WorkflowRun, error)
+	GetWorkflow(ctx context.Context, workflowID string, runID string) client.WorkflowRun
 }
 
 // APIConfig configures the operators' API.
@@ -96,8 +98,6 @@ const (
 	// the whole call.
 	bulkParallel = 8
 	bulkTimeout  = 2 * time.Minute
-	// filteredItemTimeout bounds one item's action within a replay, purge or retry-matching.
-	filteredItemTimeout = 15 * time.Second
 )
 
 func (c APIConfig) withDefaults() APIConfig {
@@ -180,12 +180,17 @@ func (a *API) Register(mux *http.ServeMux) {
 	// A held retry waits like a scheduled one: retry-now releases it, skip dead-letters it.
 	api.HandleFunc("POST /api/retry-queue/bulk-retry", auth.require(RoleOperator, a.bulk(actionRetry, workflows.StatusScheduled, workflows.StatusHeld)))
 	api.HandleFunc("POST /api/retry-queue/bulk-skip", auth.require(RoleOperator, a.bulk(actionSkip, workflows.StatusScheduled, workflows.StatusHeld)))
-	api.HandleFunc("POST /api/retry-queue/retry-matching", auth.require(RoleOperator, unbounded(a.filtered(actionRetry, workflows.StatusScheduled, workflows.StatusHeld))))
+	api.HandleFunc("POST /api/retry-queue/retry-matching", auth.require(RoleOperator, a.filtered(actionRetry, workflows.StatusScheduled, workflows.StatusHeld)))
 	api.HandleFunc("POST /api/dead-letters/bulk-retry", auth.require(RoleOperator, a.bulk(actionRetry, workflows.StatusDead)))
 	api.HandleFunc("POST /api/dead-letters/bulk-resolve", auth.require(RoleOperator, a.bulk(actionResolve, workflows.StatusDead)))
 	api.HandleFunc("POST /api/dead-letters/bulk-discard", auth.require(RoleOperator, a.bulk(actionDiscard, workflows.StatusDead)))
-	api.HandleFunc("POST /api/dead-letters/replay", auth.require(RoleOperator, unbounded(a.filtered(actionRetry, workflows.StatusDead))))
-	api.HandleFunc("POST /api/dead-letters/purge", auth.require(RoleAdmin, unbounded(a.filtered(actionDiscard, workflows.StatusDead))))
+	api.HandleFunc("POST /api/dead-letters/replay", auth.require(RoleOperator, a.filtered(actionRetry, workflows.StatusDead)))
+	api.HandleFunc("POST /api/dead-letters/purge", auth.require(RoleAdmin, a.filtered(actionDiscard, workflows.StatusDead)))
+	// Long actions run as jobs: listed, read and cancelled here. Job IDs hold slashes
+	// (job/<kind>/<uuid>), taken as the message IDs are.
+	api.HandleFunc("GET /api/jobs", auth.require(RoleViewer, a.listJobs))
+	api.HandleFunc("GET /api/jobs/{id...}", auth.require(RoleViewer, a.getJob))
+	api.HandleFunc("POST /api/jobs/{rest...}", auth.require(RoleOperator, a.postJobAction))
 	// Breakers are per destination, shared by every tenant: operators only (checkBreakerAccess).
 	api.HandleFunc("GET /api/breakers", auth.require(RoleOperator, a.listBreakers))
 	api.HandleFunc("GET /api/breakers/{queue...}", auth.require(RoleOperator, a.getBreaker))

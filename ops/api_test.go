@@ -54,6 +54,8 @@ type fakeTemporal struct {
 	starts   []fakeStartOp
 	// onRetry, when set, settles a dead letter's replay as soon as it is signalled.
 	onRetry func(s *workflows.State)
+	// jobs are the jobs started.
+	jobs []fakeJob
 }
 
 func newFake(states ...workflows.State) *fakeTemporal {
@@ -482,7 +484,7 @@ func TestBulkAndReplay(t *testing.T) {
 		item("orders", "d2", workflows.StatusDead, t0.Add(-3*time.Hour), ""),
 		item("orders", "d3", workflows.StatusDead, t0.Add(-4*time.Hour), ""),
 	)
-	code, out := h.do("o", "POST", "/api/dead-letters/bulk-retry", `{"ids":["retry/orders/d1","retry/orders/s1","retry/orders/zz"],"reason":"fixed"}`)
+	code, out := h.do("o", "POST", "/api/dead-letters/bulk-retry?wait=true", `{"ids":["retry/orders/d1","retry/orders/s1","retry/orders/zz"],"reason":"fixed"}`)
 	require.Equal(t, 200, code, out)
 	assert.EqualValues(t, 1, out["succeeded"])
 	assert.EqualValues(t, 2, out["failed"])
@@ -496,9 +498,11 @@ func TestBulkAndReplay(t *testing.T) {
 	assert.EqualValues(t, 2, out["count"])
 	assert.Contains(t, h.fake.queries[len(h.fake.queries)-1], `DeadAt < '2026-03-01T11:00:00Z'`)
 	code, out = h.do("o", "POST", "/api/dead-letters/replay", `{"queue":"orders","older_than":"1h"}`)
-	require.Equal(t, 200, code, out)
-	assert.EqualValues(t, 2, out["count"])
-	assert.EqualValues(t, 2, out["succeeded"])
+	require.Equal(t, 202, code, out)
+	job := h.runJob()
+	assert.EqualValues(t, 2, job.Total)
+	assert.Equal(t, 2, job.Done)
+	assert.Equal(t, map[string]string{"queue": "orders", "older_than": "1h"}, job.Filter)
 	code, out = h.do("a", "POST", "/api/dead-letters/purge", `{"dry_run":true}`)
 	require.Equal(t, 200, code, out)
 	assert.EqualValues(t, 0, out["count"])
@@ -692,11 +696,12 @@ func TestRetryMatching(t *testing.T) {
 	// A tenant's token retries its own only (the query is scoped; the fake lists both, and the
 	// other tenant's item is refused by the per-item check).
 	code, out = h.do("acme", "POST", "/api/retry-queue/retry-matching", `{"reason":"smtp back"}`)
-	require.Equal(t, 200, code, out)
+	require.Equal(t, 202, code, out)
+	job := h.runJob()
 	assert.Contains(t, h.fake.queries[len(h.fake.queries)-1], `TenantId = 'acme'`)
-	assert.EqualValues(t, 1, out["succeeded"])
-	assert.EqualValues(t, 1, out["failed"])
-	assert.Contains(t, out["errors"].(map[string]any)["retry/orders/a"], "another tenant")
+	assert.Equal(t, 1, job.Done)
+	assert.Equal(t, 1, job.Failed)
+	assert.Contains(t, job.Errors["retry/orders/a"], "another tenant")
 	assert.Equal(t, workflows.StatusRepublishing, h.fake.wfs["retry/orders/b"].Status)
 	assert.Equal(t, workflows.Event{Kind: workflows.SignalRetryNow, Actor: "acme", Detail: "smtp back"}, h.fake.wfs["retry/orders/b"].Events[0])
 
@@ -709,15 +714,16 @@ func TestRetryMatching(t *testing.T) {
 	assert.Equal(t, "acme", audit["actor"])
 	assert.Equal(t, "smtp back", audit["reason"])
 	assert.Equal(t, "acme", audit["tenant_filter"])
-	assert.EqualValues(t, 1, audit["succeeded"])
-	assert.EqualValues(t, 1, audit["failed"])
+	assert.Equal(t, job.ID, audit["job"])
+	assert.Equal(t, "started", audit["result"])
 
 	// b is republishing now: an illegal transition is refused, counted as failed.
 	code, out = h.do("o", "POST", "/api/retry-queue/retry-matching", `{}`)
-	require.Equal(t, 200, code, out)
-	assert.EqualValues(t, 1, out["succeeded"])
-	assert.EqualValues(t, 1, out["failed"])
-	assert.Contains(t, out["errors"].(map[string]any)["retry/orders/b"], "is republishing")
+	require.Equal(t, 202, code, out)
+	job = h.runJob()
+	assert.Equal(t, 1, job.Done)
+	assert.Equal(t, 1, job.Failed)
+	assert.Contains(t, job.Errors["retry/orders/b"], "is republishing")
 
 	for _, tt := range []struct {
 		token, body string

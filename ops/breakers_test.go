@@ -220,7 +220,7 @@ func TestPauseStartsTheBreakerAndResumeReleases(t *testing.T) {
 
 func TestHeldRetriesInBulkActions(t *testing.T) {
 	h := newHarness(t, held("orders", "h1", t0), item("orders", "d1", workflows.StatusDead, t0, ""))
-	code, out := h.do("o", "POST", "/api/retry-queue/bulk-retry", `{"ids":["retry/orders/h1","retry/orders/d1"]}`)
+	code, out := h.do("o", "POST", "/api/retry-queue/bulk-retry?wait=true", `{"ids":["retry/orders/h1","retry/orders/d1"]}`)
 	require.Equal(t, 200, code, out)
 	errs := out["errors"].(map[string]any)
 	if workflows.ActionRefusal(workflows.SignalRetryNow, h.fake.wfs["retry/orders/h1"]) == "" {
@@ -273,14 +273,15 @@ func replayedIDs(h *harness) []string {
 func TestCanaryReplayStopsAfterAFailingCanary(t *testing.T) {
 	h := canaryHarness(t, 20, func(i int) string { return map[bool]string{true: "failed", false: "dead"}[i%2 == 0] })
 	code, out := h.do("o", "POST", "/api/dead-letters/replay", `{"queue":"orders","canary":5,"reason":"payments fixed?"}`)
-	require.Equal(t, 200, code, out)
-	assert.EqualValues(t, 20, out["count"])
-	assert.EqualValues(t, 5, out["replayed"])
-	assert.EqualValues(t, 5, out["failed"])
-	assert.EqualValues(t, 0, out["delivered"])
-	assert.Equal(t, true, out["stopped"])
-	assert.Contains(t, out["reason"], "the canary failed: 5 of 5 judged failed again")
-	assert.Contains(t, out["reason"], "15 not replayed")
+	require.Equal(t, 202, code, out)
+	job := h.runJob()
+	assert.EqualValues(t, 20, job.Total)
+	assert.Equal(t, 5, job.Done)
+	assert.Equal(t, 5, job.Canary.Failed)
+	assert.Equal(t, 0, job.Canary.Delivered)
+	assert.Equal(t, "failed", job.Canary.Verdict)
+	assert.Contains(t, job.Stopped, "the canary failed: 5 of 5 judged failed again")
+	assert.EqualValues(t, 15, job.Remaining, "15 not replayed")
 	assert.Len(t, replayedIDs(h), 5, "only the canary was replayed")
 	assert.Contains(t, h.log.String(), `"canary":5`)
 }
@@ -288,13 +289,14 @@ func TestCanaryReplayStopsAfterAFailingCanary(t *testing.T) {
 func TestCanaryReplayGoesOnWhenTheCanarySucceeds(t *testing.T) {
 	h := canaryHarness(t, 12, func(int) string { return "delivered" })
 	code, out := h.do("o", "POST", "/api/dead-letters/replay", `{"canary":3,"max_failure_ratio":0.2}`)
-	require.Equal(t, 200, code, out)
-	assert.EqualValues(t, 12, out["replayed"])
-	assert.EqualValues(t, 12, out["delivered"])
-	assert.EqualValues(t, 0, out["failed"])
-	assert.Equal(t, false, out["stopped"])
-	assert.Empty(t, out["reason"])
-	assert.Equal(t, "30.001s", out["canary_timeout"], "the longest quiet window and 30 s")
+	require.Equal(t, 202, code, out)
+	job := h.runJob()
+	assert.Equal(t, 12, job.Done)
+	assert.Equal(t, 12, job.Canary.Delivered)
+	assert.Equal(t, 0, job.Canary.Failed)
+	assert.Equal(t, "passed", job.Canary.Verdict)
+	assert.Empty(t, job.Stopped)
+	assert.Equal(t, "30.001s", job.Canary.Timeout, "the longest quiet window and 30 s")
 }
 
 // The canary passes, then the destination breaks again: the replay stops by itself once the
@@ -308,10 +310,10 @@ func TestCanaryReplayStopsWhenTheRatioCrosses(t *testing.T) {
 		return "failed"
 	})
 	code, out := h.do("o", "POST", "/api/dead-letters/replay", `{"canary":4}`)
-	require.Equal(t, 200, code, out)
-	assert.Equal(t, true, out["stopped"], out)
-	assert.Contains(t, out["reason"], "the failure ratio crossed the threshold")
-	replayed := int(out["replayed"].(float64))
+	require.Equal(t, 202, code, out)
+	job := h.runJob()
+	assert.Contains(t, job.Stopped, "the failure ratio crossed the threshold")
+	replayed := job.Done
 	assert.Less(t, replayed, 40, "it stopped before replaying everything")
 	assert.GreaterOrEqual(t, replayed, 8, "4 delivered need 4 failures to reach 0.5")
 	assert.Len(t, replayedIDs(h), replayed)
@@ -320,14 +322,13 @@ func TestCanaryReplayStopsWhenTheRatioCrosses(t *testing.T) {
 // An item that never settles counts as a failure when its timeout passes.
 func TestCanaryUnsettledIsUnknown(t *testing.T) {
 	h := canaryHarness(t, 4, func(int) string { return "" })
-	start := time.Now()
 	code, out := h.do("o", "POST", "/api/dead-letters/replay", `{"canary":2,"canary_timeout":"50ms"}`)
-	require.Equal(t, 200, code, out)
-	assert.GreaterOrEqual(t, time.Since(start), 50*time.Millisecond)
-	assert.EqualValues(t, 2, out["replayed"])
-	assert.EqualValues(t, 2, out["unknown"])
-	assert.Equal(t, true, out["stopped"])
-	assert.Equal(t, "50ms", out["canary_timeout"])
+	require.Equal(t, 202, code, out)
+	job := h.runJob()
+	assert.Equal(t, 2, job.Done)
+	assert.Equal(t, 2, job.Canary.Unknown)
+	assert.NotEmpty(t, job.Stopped)
+	assert.Equal(t, "50ms", job.Canary.Timeout)
 }
 
 func TestCanaryRefusals(t *testing.T) {

@@ -14,9 +14,8 @@ const DefaultMaxScans = 4
 // scanRetryAfter is what a caller turned away by the scan cap is told to wait.
 const scanRetryAfter = 2 * time.Second
 
-// BoundedCallTimeout is the longest an API call runs, but for replay, purge and
-// retry-matching, which run at the replay rate as long as their caller waits (they clear the
-// server's write deadline): the HTTP server's write timeout must exceed it.
+// BoundedCallTimeout is the longest an API call runs (a bulk call with ?wait=true; the long
+// actions run as jobs): the HTTP server's write timeout must exceed it.
 const BoundedCallTimeout = bulkTimeout
 
 // errBusy turns a caller away while MaxScans scans run.
@@ -59,14 +58,4 @@ func requireJSON(h http.Handler) http.Handler {
 		}
 		h.ServeHTTP(w, r)
 	})
-}
-
-// unbounded lifts the server's write deadline for a call that runs as long as its caller
-// waits (replay, purge, retry-matching); every other call stays within BoundedCallTimeout.
-func unbounded(h http.HandlerFunc) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
-		// Not every ResponseWriter supports deadlines (httptest's does not): nothing to lift.
-		_ = http.NewResponseController(w).SetWriteDeadline(time.Time{})
-		h(w, r)
-	}
 }

@@ -26,6 +26,7 @@ import (
 	"github.com/retry-scheduler/retry-scheduler/bridge"
 	"github.com/retry-scheduler/retry-scheduler/broker"
 	"github.com/retry-scheduler/retry-scheduler/config"
+	"github.com/retry-scheduler/retry-scheduler/jobs"
 	"github.com/retry-scheduler/retry-scheduler/metrics"
 	"github.com/retry-scheduler/retry-scheduler/metrics/labels"
 	"github.com/retry-scheduler/retry-scheduler/ops"
@@ -48,8 +49,8 @@ const (
 // and readTimeout for the whole request (API bodies are small JSON), so slow clients cannot
 // hold connections open; an idle keep-alive connection is closed after idleTimeout. A
 // response must be written within writeTimeout, above the longest bounded API call
-// (ops.BoundedCallTimeout, a bulk action); replay, purge and retry-matching, which run at the
-// replay rate as long as their caller waits, lift it for themselves. A stopping server lets
+// (ops.BoundedCallTimeout, a bulk action acting within the call; the long actions answer at
+// once and run as jobs on the workers). A stopping server lets
 // requests in flight finish for up to shutdownTimeout.
 const (
 	readHeaderTimeout = 5 * time.Second
@@ -180,7 +181,13 @@ func Run(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 		if counter != nil {
 			acts.Gate, acts.Counter, acts.Held = startGate(ctx, g, cfg, tc, logger), counter, breaker.HeldLister{Client: tc, TaskQueue: cfg.TaskQueue}
 		}
+		// The operators' jobs act on items with the ops API's own code, from the worker.
+		items, err := ops.NewJobItems(ops.APIConfig{Client: tc, DataConverter: topts.DataConverter, Namespace: cfg.Namespace, TaskQueue: cfg.TaskQueue})
+		if err != nil {
+			return err
+		}
 		w := worker.New(tc, worker.Options{TaskQueue: cfg.TaskQueue, StopTimeout: cfg.WorkerStopTimeout, WorkflowPollers: cfg.WorkflowPollers,
+			Jobs: &jobs.Activities{Items: items},
 			OnFatalError: func(err error) {
 				fatal.Report(err)
 				logger.Error("worker stopped on a fatal error; shutting down", "component", "worker", "task_queue", cfg.TaskQueue, "error", err)

@@ -13,8 +13,13 @@ import (
 // workflow schedules a non-local activity, which would then wait for ever.
 func TestWorkflowsScheduleOnlyLocalActivities(t *testing.T) {
 	require.True(t, SDKOptions(Options{}).LocalActivityWorkerOnly)
-	files, err := filepath.Glob("../workflows/*.go")
-	require.NoError(t, err)
+	// The workflows of every package this worker registers: workflows and jobs.
+	var files []string
+	for _, dir := range []string{"../workflows", "../jobs"} {
+		fs, err := filepath.Glob(dir + "/*.go")
+		require.NoError(t, err)
+		files = append(files, fs...)
+	}
 	require.NotEmpty(t, files)
 	for _, f := range files {
 		if strings.HasSuffix(f, "_test.go") {

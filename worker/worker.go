@@ -1,5 +1,5 @@
-// Package worker builds the Temporal worker that runs RetryWorkflow, BreakerWorkflow and their
-// activities.
+// Package worker builds the Temporal worker that runs RetryWorkflow, BreakerWorkflow,
+// JobWorkflow and their activities.
 package worker
 
 import (
@@ -10,6 +10,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/retry-scheduler/retry-scheduler/activities"
+	"github.com/retry-scheduler/retry-scheduler/jobs"
 	"github.com/retry-scheduler/retry-scheduler/workflows"
 )
 
@@ -42,6 +43,9 @@ type Options struct {
 	// worker for good (the SDK stops the worker when it returns); it must not block. Fatal.Report
 	// fits. Defaults to nil: the worker stops and nobody is told.
 	OnFatalError func(error)
+	// Jobs are the operators' long actions' activities (jobs.JobWorkflow runs them as local
+	// activities). Defaults to nil: a job's activities then fail, as there is nothing to act with.
+	Jobs *jobs.Activities
 }
 
 func (o Options) withDefaults() Options {
@@ -67,6 +71,11 @@ func New(c client.Client, o Options, acts *activities.Activities) sdkworker.Work
 	w := sdkworker.New(c, o.TaskQueue, SDKOptions(o))
 	RegisterWorkflows(w)
 	w.RegisterActivity(acts)
+	ja := o.Jobs
+	if ja == nil {
+		ja = &jobs.Activities{}
+	}
+	w.RegisterActivity(ja)
 	return w
 }
 
@@ -81,7 +90,8 @@ func SDKOptions(o Options) sdkworker.Options {
 		MaxConcurrentLocalActivityExecutionSize: o.MaxConcurrentLocalActivities,
 		OnFatalError:                            o.OnFatalError,
 		// Every activity of the workflows is local, and always was: activity-task pollers
-		// would only hold long polls open on the server for tasks that never come.
+		// would only hold long polls open on the server for tasks that never come. A job's
+		// are local too: short batches whose paging state lives in the job's workflow.
 		LocalActivityWorkerOnly: true,
 	}
 }
@@ -90,4 +100,5 @@ func SDKOptions(o Options) sdkworker.Options {
 func RegisterWorkflows(r sdkworker.WorkflowRegistry) {
 	r.RegisterWorkflowWithOptions(workflows.RetryWorkflow, workflow.RegisterOptions{Name: workflows.RetryWorkflowName})
 	r.RegisterWorkflowWithOptions(workflows.BreakerWorkflow, workflow.RegisterOptions{Name: workflows.BreakerWorkflowName})
+	r.RegisterWorkflowWithOptions(jobs.JobWorkflow, workflow.RegisterOptions{Name: jobs.WorkflowName})
 }

@@ -5,7 +5,6 @@
 
 const TOKEN_KEY = 'retry-scheduler-token';
 const CATEGORIES = ['transient', 'rate-limited', 'permanent', 'validation', 'client', 'configuration', 'unknown'];
-const BULK_CHUNK = 10;
 const REFRESH_MS = 10000;
 
 const $ = (sel, root = document) => root.querySelector(sel);
@@ -219,6 +218,7 @@ async function refreshAll() {
   refreshing = true;
   try {
     const loads = Object.values(tables).map(load);
+    loads.push(loadJobs());
     if (!$('#destinations').hidden) loads.push(loadBreakers());
     await Promise.all(loads);
   } catch (e) {
@@ -305,31 +305,112 @@ async function bulkAction(btn) {
   const label = btn.dataset.label;
   if (ids.length === 0) { setProgress(label + ': select rows first.', true); return; }
   if (btn.dataset.confirm && !window.confirm(btn.dataset.confirm + ' (' + ids.length + ')')) return;
-  let ok = 0, bad = 0;
-  const errors = [];
-  setProgress(label + ': 0/' + ids.length + ' succeeded');
   btn.disabled = true;
   try {
-    for (let i = 0; i < ids.length; i += BULK_CHUNK) {
-      const chunk = ids.slice(i, i + BULK_CHUNK);
-      try {
-        const r = await api('POST', btn.dataset.bulk, { ids: chunk });
-        ok += r.succeeded; bad += r.failed;
-        for (const [id, why] of Object.entries(r.errors || {})) errors.push(id + ': ' + why);
-      } catch (e) {
-        if (e.status === 401) return;
-        bad += chunk.length;
-        errors.push(e.message);
-      }
-      setProgress(label + ': ' + ok + '/' + ids.length + ' succeeded' + (bad ? ', ' + bad + ' failed' : ''), bad > 0);
-    }
-    setProgress(label + ' complete: ' + ok + '/' + ids.length + ' succeeded' + (bad ? ', ' + bad + ' failed' : '') + '.' +
-      (errors.length ? ' ' + errors.slice(0, 3).join('; ') : ''), bad > 0);
+    // One job for the selection: it acts at the server's rate and can be followed and cancelled.
+    const r = await api('POST', btn.dataset.bulk, { ids });
     t.selected.clear();
+    await followJob(r.job, label);
+  } catch (e) {
+    if (e.status !== 401) setProgress(label + ': ' + e.message, true);
   } finally {
     btn.disabled = false;
   }
   await refreshAll();
+}
+
+// ---- jobs -----------------------------------------------------------------------------
+
+const JOB_POLL_MS = 1000;
+let followed = null; // the id of the job the progress bar shows
+
+// jobLine says how a job went, or is going.
+function jobLine(j, label) {
+  const total = j.total >= 0 ? j.total : (j.done + j.failed + Math.max(j.remaining, 0));
+  if (j.canary) {
+    const c = j.canary;
+    return 'Canary replay ' + (j.state === 'running' ? 'running' : (j.stopped ? 'stopped' : 'complete')) + ': ' +
+      j.done + '/' + total + ' replayed, ' + c.delivered + ' delivered, ' + c.failed + ' failed again' +
+      (c.unknown ? ', ' + c.unknown + ' not settled' : '') + ' (canary ' + c.verdict + ')' + (j.stopped ? '. ' + j.stopped : '') + '.';
+  }
+  const head = j.state === 'running' ? label + ': ' : label + (j.state === 'completed' ? ' complete' : ' ' + j.state) + ': ';
+  const errs = j.errors ? Object.entries(j.errors).slice(0, 3).map(([id, why]) => id + ': ' + why).join('; ') : '';
+  return head + j.done + '/' + total + ' succeeded' + (j.failed ? ', ' + j.failed + ' failed' : '') + '.' +
+    (j.state !== 'running' && j.stopped ? ' ' + j.stopped + '.' : '') + (j.state !== 'running' && errs ? ' ' + errs : '');
+}
+
+// showJob puts a job on the progress bar.
+function showJob(j, label) {
+  $('#job').hidden = false;
+  $('#job-id').textContent = j.id;
+  const bar = $('#job-bar');
+  const total = j.total >= 0 ? j.total : 0;
+  if (total > 0) { bar.max = total; bar.value = j.done + j.failed; } else { bar.removeAttribute('value'); }
+  if (j.state !== 'running') { bar.max = 1; bar.value = 1; }
+  $('#job-state').textContent = j.state;
+  $('#job').dataset.state = j.state;
+  $('#job-cancel').hidden = j.state !== 'running' || !(me.role === 'operator' || me.role === 'admin');
+  setProgress(jobLine(j, label), j.failed > 0 || (j.canary && j.canary.verdict === 'failed') || j.state === 'failed');
+}
+
+// followJob shows a job and polls it until it ends.
+async function followJob(job, label) {
+  followed = job.id;
+  showJob(job, label);
+  let j = job;
+  while (j.state === 'running' && followed === job.id) {
+    await new Promise(r => setTimeout(r, JOB_POLL_MS));
+    try {
+      j = (await api('GET', 'jobs/' + encodeURIComponent(job.id))).job;
+    } catch (e) {
+      if (e.status === 401) return;
+      setProgress(label + ': cannot read job ' + job.id + ': ' + e.message, true);
+      continue;
+    }
+    if (followed === job.id) showJob(j, label);
+  }
+  loadJobs();
+}
+
+async function cancelJob() {
+  const id = $('#job-id').textContent;
+  const reason = window.prompt('Cancel job ' + id + '? Reason:', '');
+  if (reason === null) return;
+  try {
+    await api('POST', 'jobs/' + encodeURIComponent(id) + '/cancel', { reason });
+  } catch (e) {
+    if (e.status !== 401) setProgress(e.message, true);
+  }
+}
+
+const jobLabels = { 'replay': 'Replay', 'purge': 'Purge', 'retry-matching': 'Retry all matching',
+  'bulk-retry': 'Bulk retry', 'bulk-skip': 'Bulk skip', 'bulk-resolve': 'Bulk resolve', 'bulk-discard': 'Bulk delete' };
+
+async function loadJobs() {
+  let r;
+  try { r = await api('GET', 'jobs'); } catch (e) { return; }
+  const tbody = $('#jobs-table tbody');
+  tbody.replaceChildren();
+  for (const j of r.jobs) {
+    const tr = document.createElement('tr');
+    tr.dataset.id = j.id;
+    cell(tr, fmtAbs(j.started_at));
+    cell(tr, j.kind);
+    cell(tr, j.state, 'state');
+    cell(tr, j.done + (j.total >= 0 ? '/' + j.total : ''));
+    cell(tr, j.failed);
+    cell(tr, j.actor + (j.reason ? ': ' + j.reason : ''));
+    const td = cell(tr, '');
+    if (j.state === 'running') {
+      const b = document.createElement('button');
+      b.type = 'button';
+      b.textContent = 'Follow';
+      b.addEventListener('click', () => followJob(j, jobLabels[j.kind] || j.kind));
+      td.appendChild(b);
+    }
+    tbody.appendChild(tr);
+  }
+  $('#jobs-empty').hidden = r.jobs.length > 0;
 }
 
 // The actions by filter: the dead letters' replay and purge, the retry queue's retry of every
@@ -359,20 +440,12 @@ async function filteredAction(kind) {
       const ratio = parseFloat($('#replay-form [name=max_failure_ratio]').value);
       if (ratio > 0) body.max_failure_ratio = ratio;
       if (!window.confirm('Replay ' + dry.count + ' dead letter(s), starting with a canary of ' + Math.min(canary, dry.count) + '?')) return;
-      setProgress('Replaying a canary of ' + Math.min(canary, dry.count) + ' and waiting for its outcomes…');
-      const c = await api('POST', k.path, body);
-      setProgress('Canary replay ' + (c.stopped ? 'stopped' : 'complete') + ': ' + c.replayed + '/' + c.count + ' replayed, ' +
-        c.delivered + ' delivered, ' + c.failed + ' failed again' + (c.unknown ? ', ' + c.unknown + ' not settled' : '') +
-        (c.reason ? '. ' + c.reason : '') + '.', c.stopped);
-      await refreshAll();
+    } else if (!window.confirm(k.ask(dry.count))) {
       return;
     }
-    if (!window.confirm(k.ask(dry.count))) return;
     setProgress(k.doing + dry.count + ' ' + k.what + '…');
     const r = await api('POST', k.path, body);
-    setProgress(k.done + ' complete: ' + r.succeeded + '/' + r.count + ' succeeded' +
-      (r.failed ? ', ' + r.failed + ' failed' : '') + '.' +
-      (r.errors && r.failed ? ' ' + Object.entries(r.errors).slice(0, 3).map(([id, why]) => id + ': ' + why).join('; ') : ''), r.failed > 0);
+    await followJob(r.job, k.done);
   } catch (e) {
     if (e.status !== 401) setProgress(e.message, true);
   }
@@ -480,6 +553,7 @@ document.addEventListener('DOMContentLoaded', () => {
   $('#replay').addEventListener('click', () => filteredAction('replay'));
   $('#purge').addEventListener('click', () => filteredAction('purge'));
   $('#rq-retry-matching').addEventListener('click', () => filteredAction('retry-matching'));
+  $('#job-cancel').addEventListener('click', cancelJob);
   $('#br-pause-form').addEventListener('submit', ev => {
     ev.preventDefault();
     const f = ev.target.elements;

@@ -1,0 +1,267 @@
+//go:build integration
+
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/retry-scheduler/retry-scheduler/config"
+	"github.com/retry-scheduler/retry-scheduler/devserver"
+	"github.com/retry-scheduler/retry-scheduler/message"
+	"github.com/retry-scheduler/retry-scheduler/service"
+)
+
+// waitJob polls the job a 202 answered with until it ends, and returns it.
+func (a *opsAPI) waitJob(token string, started map[string]any) map[string]any {
+	a.t.Helper()
+	id := started["job"].(map[string]any)["id"].(string)
+	var job map[string]any
+	eventually(a.t, 3*time.Minute, func() error {
+		job = a.job(token, id)
+		if job["state"] == "running" {
+			return fmt.Errorf("job %s still running: %v done", id, job["done"])
+		}
+		return nil
+	})
+	return job
+}
+
+// job reads one job.
+func (a *opsAPI) job(token, id string) map[string]any {
+	a.t.Helper()
+	return a.must(200, token, "GET", "/api/jobs/"+url.PathEscape(id), nil)["job"].(map[string]any)
+}
+
+// proc is one service process of a test, stopped and started again at will.
+type proc struct {
+	t      *testing.T
+	cfg    config.Config
+	cancel context.CancelFunc
+	done   chan error
+}
+
+// startProc runs the service in cfg's mode until stop (or the test's end).
+func (s *stack) startProc(cfg config.Config) *proc {
+	s.t.Helper()
+	p := &proc{t: s.t, cfg: cfg}
+	ctx, cancel := context.WithCancel(context.Background())
+	p.cancel, p.done = cancel, make(chan error, 1)
+	go func() { p.done <- service.Run(ctx, cfg, discard()) }()
+	s.t.Cleanup(p.stop)
+	s.waitReady(cfg)
+	return p
+}
+
+// stop shuts the process down gracefully and waits for it; a second stop does nothing.
+func (p *proc) stop() {
+	if p.cancel == nil {
+		return
+	}
+	p.cancel()
+	p.cancel = nil
+	select {
+	case err := <-p.done:
+		assert.NoError(p.t, err, "%s process", p.cfg.Mode)
+	case <-time.After(90 * time.Second):
+		p.t.Errorf("%s process did not stop within 90s", p.cfg.Mode)
+	}
+}
+
+// deadMany publishes n messages that go dead at once, from a few goroutines.
+func (s *stack) deadMany(queue string, n int) {
+	s.t.Helper()
+	const senders = 8
+	errs := make(chan error, senders)
+	for g := range senders {
+		go func() {
+			for i := g; i < n; i += senders {
+				id := "m" + strconv.Itoa(i)
+				if err := s.sendRetry(message.RetryMessage{MessageID: id, OriginalPayload: []byte(id), OriginalQueue: queue,
+					ErrorReason: "schema mismatch", ErrorCategory: "permanent"}); err != nil {
+					errs <- err
+					return
+				}
+			}
+			errs <- nil
+		}()
+	}
+	for range senders {
+		require.NoError(s.t, <-errs)
+	}
+}
+
+// waitDead waits until queue has n dead letters (a dry-run replay counts them).
+func (a *opsAPI) waitDead(queue string, n int, within time.Duration) {
+	a.t.Helper()
+	eventually(a.t, within, func() error {
+		out := a.must(200, opToken, "POST", "/api/dead-letters/replay", map[string]any{"queue": queue, "dry_run": true})
+		if got := int(out["count"].(float64)); got != n {
+			return fmt.Errorf("%s: %d dead letters, want %d", queue, got, n)
+		}
+		return nil
+	})
+}
+
+// TestReplayAsAJob: a replay of 2,000 dead letters answers 202 with a job within a second; its
+// progress moves; the ops process restarts mid-job and nothing is lost: the job finishes with
+// every item replayed. The page follows it on a progress bar. A cancel stops another job.
+func TestReplayAsAJob(t *testing.T) {
+	const many, other = 2000, 400
+	s := newStack(t)
+	// The worker and the ops API (with the bridge) in two processes, as in production: the
+	// ops one restarts mid-job.
+	s.cfg.APITokens = opsTokens
+	s.cfg.ReplayRate = 50
+	workerCfg := s.cfg
+	workerCfg.Mode = config.ModeWorker
+	port, err := devserver.FreePort()
+	require.NoError(t, err)
+	workerCfg.HTTPAddr = "127.0.0.1:" + strconv.Itoa(port)
+	opsCfg := s.cfg
+	opsCfg.Mode = config.ModeBridge
+	s.startProc(workerCfg)
+	ops := s.startProc(opsCfg)
+	api := &opsAPI{t: t, base: "http://" + opsCfg.HTTPAddr}
+
+	q := s.queue(s.prefix+".orders", nil)
+	q2 := s.queue(s.prefix+".invoices", nil)
+	began := time.Now()
+	s.deadMany(q, many)
+	s.deadMany(q2, other)
+	api.waitDead(q, many, 4*time.Minute)
+	api.waitDead(q2, other, time.Minute)
+	t.Logf("%d dead letters in %s", many+other, time.Since(began).Round(time.Second))
+
+	// The replay answers at once, with the job and its address.
+	body, _ := json.Marshal(map[string]any{"queue": q, "reason": "orders fixed"})
+	req, err := http.NewRequest("POST", api.base+"/api/dead-letters/replay", bytes.NewReader(body))
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer "+opToken)
+	req.Header.Set("Content-Type", "application/json")
+	sent := time.Now()
+	resp, err := opsClient.Do(req)
+	require.NoError(t, err)
+	answered := time.Since(sent)
+	var started map[string]any
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&started))
+	resp.Body.Close()
+	require.Equal(t, http.StatusAccepted, resp.StatusCode, "%v", started)
+	assert.Less(t, answered, time.Second, "the replay did not answer within a second")
+	id := started["job"].(map[string]any)["id"].(string)
+	assert.Regexp(t, `^job/replay/[0-9a-f-]{36}$`, id)
+	assert.Equal(t, "/api/jobs/"+id, resp.Header.Get("Location"))
+	t.Logf("POST replay answered %s in %s", id, answered.Round(time.Millisecond))
+
+	// Progress moves.
+	progress := func(after float64) float64 {
+		var done float64
+		eventually(t, time.Minute, func() error {
+			j := api.job(viewerToken, id)
+			done = j["done"].(float64)
+			if done <= after {
+				return fmt.Errorf("done %v, not past %v", done, after)
+			}
+			return nil
+		})
+		return done
+	}
+	first := progress(0)
+	second := progress(first)
+	t.Logf("progress: %v then %v of %d", first, second, many)
+
+	// The page follows it on its progress bar.
+	screenshot := followInBrowser(t, api.base, id)
+	t.Logf("progress bar screenshot: %s", screenshot)
+
+	// The ops process restarts mid-job: the job goes on, on the worker.
+	ops.stop()
+	ops = s.startProc(opsCfg)
+	mid := api.job(viewerToken, id)
+	require.Equal(t, "running", mid["state"], "the job ended before the restart: raise the count or lower the rate")
+	assert.GreaterOrEqual(t, mid["done"].(float64), second, "progress went back across the restart")
+
+	job := api.waitJob(viewerToken, map[string]any{"job": map[string]any{"id": id}})
+	assert.Equal(t, "completed", job["state"], "%v", job)
+	assert.EqualValues(t, many, job["total"])
+	assert.EqualValues(t, many, job["done"], "%v", job["errors"])
+	assert.EqualValues(t, 0, job["failed"])
+	assert.EqualValues(t, 0, job["remaining"])
+	assert.Equal(t, "op", job["actor"])
+	assert.NotEmpty(t, job["ended_at"])
+	api.waitDead(q, 0, time.Minute)
+
+	// A cancel stops another job: a purge of q2, cancelled as soon as it runs.
+	purge := api.must(202, adminToken, "POST", "/api/dead-letters/purge", map[string]any{"queue": q2, "reason": "test data"})
+	pid := purge["job"].(map[string]any)["id"].(string)
+	api.must(403, viewerToken, "POST", "/api/jobs/"+url.PathEscape(pid)+"/cancel", map[string]any{"reason": "x"})
+	cancelled := api.must(200, opToken, "POST", "/api/jobs/"+url.PathEscape(pid)+"/cancel", map[string]any{"reason": "wrong queue"})
+	t.Logf("cancel answered: %v", cancelled["job"])
+	pj := api.waitJob(viewerToken, purge)
+	assert.Equal(t, "cancelled", pj["state"], "%v", pj)
+	assert.Equal(t, "op", pj["cancelled_by"])
+	assert.Contains(t, pj["stopped"], "wrong queue")
+	assert.Less(t, pj["done"].(float64), float64(other), "the cancel stopped nothing")
+	assert.Positive(t, pj["remaining"].(float64))
+	out := api.must(409, opToken, "POST", "/api/jobs/"+url.PathEscape(pid)+"/cancel", map[string]any{})
+	assert.Contains(t, out["error"], "cancelled")
+	api.waitDead(q2, other-int(pj["done"].(float64)), time.Minute)
+
+	// Both are listed, newest first.
+	list := api.must(200, viewerToken, "GET", "/api/jobs", nil)["jobs"].([]any)
+	require.GreaterOrEqual(t, len(list), 2)
+	assert.Equal(t, pid, list[0].(map[string]any)["id"])
+	assert.Equal(t, id, list[1].(map[string]any)["id"])
+}
+
+// followInBrowser signs in to the page, follows job id from the jobs list, waits until its
+// progress bar shows progress, and writes a screenshot to the test's artifact directory.
+func followInBrowser(t *testing.T, base, id string) string {
+	t.Helper()
+	ctx := browser(t)
+	p := &pageDriver{t: t, ctx: ctx}
+	p.do(
+		chromedp.Navigate(base+"/"),
+		chromedp.WaitVisible(chromedp.CSS("#token-input")),
+		chromedp.SendKeys(chromedp.CSS("#token-input"), opToken),
+		chromedp.Click(chromedp.CSS("#sign-in")),
+	)
+	row := fmt.Sprintf(`#jobs-table tr[data-id=%q]`, id)
+	p.until("the job in the jobs list", fmt.Sprintf(`!!document.querySelector(%q)`, row+" button"))
+	p.do(chromedp.Click(chromedp.CSS(row + " button")))
+	p.until("the progress bar moving", `(() => { const b = document.querySelector("#job-bar"); return !document.querySelector("#job").hidden && b.value > 0 && b.max > 1; })()`)
+	assert.Equal(t, id, p.text("#job-id"))
+	assert.Contains(t, p.text("#progress"), "Replay: ")
+	assert.True(t, mustEval(p, `!document.querySelector("#job-cancel").hidden`), "no cancel button on a running job")
+	// The bar and the progress line are at the top of the page.
+	scrolled, err := p.eval(`(() => { window.scrollTo(0, 0); return true; })()`)
+	require.NoError(t, err)
+	require.True(t, scrolled)
+	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	png, err := chromedp.Run(sctx, chromedp.CaptureScreenshot())
+	require.NoError(t, err)
+	path := filepath.Join(t.ArtifactDir(), "job-progress.png")
+	require.NoError(t, os.WriteFile(path, png, 0o644))
+	return path
+}
+
+func mustEval(p *pageDriver, expr string) bool {
+	p.t.Helper()
+	ok, err := p.eval(expr)
+	require.NoError(p.t, err)
+	return ok
+}

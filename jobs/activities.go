@@ -1,0 +1,106 @@
+package jobs
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+)
+
+// The job's local activities: each is short (a batch is about a second's worth of items at the
+// job's rate, acted on one after the other), so they run on the worker's local-activity slots,
+// and the workflow keeps every bit of paging state between them. The rate is kept by the
+// workflow, which waits between batches: a workflow busy in a local activity answers no query
+// until it is done, an idle one at once.
+
+// ItemTimeout bounds one item's action within a batch.
+const ItemTimeout = 15 * time.Second
+
+// outcomeParallel and outcomeTimeout bound the outcome reads of a canary's settle.
+const (
+	outcomeParallel = 8
+	outcomeTimeout  = 3 * time.Second
+)
+
+// Activities are the job's activities over Items.
+type Activities struct {
+	Items Items
+}
+
+var errNoItems = errors.New("jobs: no Items configured on this worker")
+
+// PageRequest asks for one visibility page.
+type PageRequest struct {
+	Query string `json:"query"`
+	Token []byte `json:"token,omitempty"`
+	Size  int    `json:"size"`
+}
+
+// PageResult is one visibility page; Next is nil on the last.
+type PageResult struct {
+	IDs  []string `json:"ids"`
+	Next []byte   `json:"next,omitempty"`
+}
+
+// ApplyRequest acts on IDs.
+type ApplyRequest struct {
+	Target Target   `json:"target"`
+	IDs    []string `json:"ids"`
+}
+
+// JobCount counts the items matching query.
+func (a *Activities) JobCount(ctx context.Context, query string) (int64, error) {
+	if a.Items == nil {
+		return 0, errNoItems
+	}
+	return a.Items.Count(ctx, query)
+}
+
+// JobPage reads one page of the items matching a query.
+func (a *Activities) JobPage(ctx context.Context, req PageRequest) (PageResult, error) {
+	if a.Items == nil {
+		return PageResult{}, errNoItems
+	}
+	ids, next, err := a.Items.Page(ctx, req.Query, req.Token, req.Size)
+	return PageResult{IDs: ids, Next: next}, err
+}
+
+// JobApply acts on each id in turn; an item's failure is its result, not the activity's.
+func (a *Activities) JobApply(ctx context.Context, req ApplyRequest) ([]Applied, error) {
+	if a.Items == nil {
+		return nil, errNoItems
+	}
+	out := make([]Applied, 0, len(req.IDs))
+	for _, id := range req.IDs {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		ictx, cancel := context.WithTimeout(ctx, ItemTimeout)
+		r := a.Items.Apply(ictx, req.Target, id)
+		cancel()
+		r.ID = id
+		out = append(out, r)
+	}
+	return out, nil
+}
+
+// JobOutcomes reads the outcome of each replayed item, a few at a time.
+func (a *Activities) JobOutcomes(ctx context.Context, bs []Baseline) ([]Outcome, error) {
+	if a.Items == nil {
+		return nil, errNoItems
+	}
+	out := make([]Outcome, len(bs))
+	var g errgroup.Group
+	g.SetLimit(outcomeParallel)
+	for i, b := range bs {
+		g.Go(func() error {
+			octx, cancel := context.WithTimeout(ctx, outcomeTimeout)
+			defer cancel()
+			out[i] = a.Items.Outcome(octx, b)
+			return nil
+		})
+	}
+	_ = g.Wait()
+	return out, nil
+}
