@@ -9,10 +9,12 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/retry-scheduler/retry-scheduler/jobs"
 	"github.com/retry-scheduler/retry-scheduler/message"
 	"github.com/retry-scheduler/retry-scheduler/ops/openapicheck"
 	"github.com/retry-scheduler/retry-scheduler/policy"
@@ -45,10 +47,6 @@ func registeredRoutes(t *testing.T) []string {
 	return api.patterns
 }
 
-// jobsMerged says whether the router has the job routes: until then the description's job
-// routes and its answers from before jobs (openapicheck.BeforeJobs) are expected.
-func jobsMerged(routes []string) bool { return slices.Contains(routes, "GET /api/jobs") }
-
 // pathParams are sample values of the description's path parameters, ids with slashes
 // percent-encoded as clients send them.
 var pathParams = strings.NewReplacer("{id}", "retry%2Forders%2Fm-1", "{queue}", "orders")
@@ -62,15 +60,10 @@ func TestOpenAPIDescribesEveryRoute(t *testing.T) {
 	for _, p := range routes {
 		mux.HandleFunc(p, func(http.ResponseWriter, *http.Request) {})
 	}
-	merged := jobsMerged(routes)
 	covered := map[string]bool{}
 	var notRegistered []string
 	for _, name := range apiSpec.Operations() {
 		method, path, _ := strings.Cut(name, " ")
-		if !merged && slices.Contains(tagsOf(apiSpec.Operation(name)), "jobs") {
-			t.Logf("%s: described, registered once the job routes are merged", name)
-			continue
-		}
 		_, pattern := mux.Handler(httptest.NewRequest(method, pathParams.Replace(path), nil))
 		if pattern == "" {
 			notRegistered = append(notRegistered, name)
@@ -86,12 +79,6 @@ func TestOpenAPIDescribesEveryRoute(t *testing.T) {
 	}
 	assert.Empty(t, notDescribed, "routes registered in ops/api.go but not described in ops/openapi.json")
 	assert.Empty(t, notRegistered, "operations described in ops/openapi.json that no route of ops/api.go serves")
-	if merged {
-		for _, name := range apiSpec.Operations() {
-			assert.NotContains(t, apiSpec.Operation(name), openapicheck.BeforeJobs,
-				"%s: the job routes are merged: delete %s from ops/openapi.json (the synchronous answer it allowed is gone)", name, openapicheck.BeforeJobs)
-		}
-	}
 }
 
 // The routes ending in an action ({rest...}) take the actions of their handler's table: each
@@ -118,14 +105,6 @@ func TestOpenAPIDescribesEveryAction(t *testing.T) {
 			}
 		}
 	}
-}
-
-func tagsOf(op map[string]any) []string {
-	var tags []string
-	for _, t := range op["tags"].([]any) {
-		tags = append(tags, t.(string))
-	}
-	return tags
 }
 
 // The document is OpenAPI 3.1, every $ref resolves (openapicheck.New), and each operation
@@ -195,12 +174,11 @@ func TestOpenAPIServed(t *testing.T) {
 func TestOpenAPIRolesAreTheRoutersRoles(t *testing.T) {
 	h := newHarness(t)
 	tokenOf := map[Role]string{RoleViewer: "v", RoleOperator: "o", RoleAdmin: "a"}
-	merged := jobsMerged(registeredRoutes(t))
 	for _, name := range apiSpec.Operations() {
 		op := apiSpec.Operation(name)
 		r, _ := op["x-required-role"].(string)
 		role, ok := ParseRole(r)
-		if !ok || (!merged && slices.Contains(tagsOf(op), "jobs")) {
+		if !ok {
 			continue
 		}
 		method, path, _ := strings.Cut(name, " ")
@@ -240,7 +218,8 @@ func TestOpenAPISchemasMatchTheGoTypes(t *testing.T) {
 		"Event": workflows.Event{}, "OperatorAction": workflows.OperatorAction{}, "Poison": message.Poison{},
 		"PayloadRef": message.PayloadRef{}, "SetAsideReport": workflows.SetAsideReport{},
 		"ActionRequest": ActionRequest{}, "ActionResponse": ActionResponse{}, "BulkRequest": BulkRequest{}, "BulkResult": BulkResult{},
-		"BulkFilter": BulkFilter{}, "FilteredResult": FilteredResult{}, "CanaryResult": CanaryResult{},
+		"BulkFilter": BulkFilter{}, "FilteredResult": FilteredResult{}, "CancelRequest": CancelRequest{},
+		"Job": jobs.Progress{}, "CanaryStatus": jobs.CanaryStatus{}, "JobResponse": JobResponse{}, "JobListResponse": JobListResponse{},
 		"BreakerProbe": workflows.BreakerProbe{}, "BreakerEvent": workflows.BreakerEvent{}, "BreakerView": BreakerView{},
 		"BreakersResponse": BreakersResponse{}, "BreakerRequest": BreakerRequest{}, "BreakerActionResponse": BreakerActionResponse{},
 	} {
@@ -277,4 +256,86 @@ func jsonFields(t reflect.Type) (fields, always []string) {
 		}
 	}
 	return fields, always
+}
+
+// The Job schema takes what jobs.Progress holds, its enums are the jobs package's constants,
+// and a job's result, as the workflow ends it, matches it.
+func TestOpenAPIJobSchema(t *testing.T) {
+	enum := func(schema, prop string) []any {
+		var doc map[string]any
+		require.NoError(t, json.Unmarshal(openAPIDocument, &doc))
+		s := doc["components"].(map[string]any)["schemas"].(map[string]any)[schema].(map[string]any)
+		return s["properties"].(map[string]any)[prop].(map[string]any)["enum"].([]any)
+	}
+	assert.ElementsMatch(t, []any{jobs.KindReplay, jobs.KindPurge, jobs.KindRetryMatching, jobs.KindBulkRetry, jobs.KindBulkSkip,
+		jobs.KindBulkResolve, jobs.KindBulkDiscard}, enum("Job", "kind"))
+	assert.ElementsMatch(t, []any{jobs.StateRunning, jobs.StateCompleted, jobs.StateCancelled, jobs.StateFailed}, enum("Job", "state"))
+	assert.ElementsMatch(t, []any{jobs.VerdictPending, jobs.VerdictPassed, jobs.VerdictFailed}, enum("CanaryStatus", "verdict"))
+	var actions []any
+	for name := range actionsByName {
+		actions = append(actions, name)
+	}
+	assert.ElementsMatch(t, actions, enum("Job", "action"))
+
+	valid := func(schema string, v any) {
+		t.Helper()
+		b, err := json.Marshal(v)
+		require.NoError(t, err)
+		var decoded any
+		require.NoError(t, json.Unmarshal(b, &decoded))
+		assert.NoError(t, apiSpec.Validate(map[string]any{"$ref": "#/components/schemas/" + schema}, decoded), "%s", b)
+	}
+	ended := t0.Add(time.Minute)
+	valid("JobResponse", JobResponse{Job: jobs.Progress{ID: "job/replay/0b5e4d4c-7d5c-4a8e-9f3e-2f1d0c9b8a7f", Kind: jobs.KindReplay,
+		Action: "retry", State: jobs.StateCancelled, Actor: "o", Tenant: "acme", Reason: "smtp back",
+		Filter: map[string]string{"queue": "orders", "older_than": "1h"}, Rate: 2.5, Total: 10, Done: 3, Failed: 1,
+		Errors:  map[string]string{"retry/orders/a": "409: resolved"},
+		Canary:  &jobs.CanaryStatus{N: 2, MaxFailureRatio: 0.5, Timeout: "5m0s", Verdict: jobs.VerdictPassed, Delivered: 2},
+		Stopped: "cancelled by o: enough", CancelledBy: "o", StartedAt: t0, EndedAt: &ended, Runs: 2}})
+	valid("JobListResponse", JobListResponse{Jobs: []jobs.Progress{}})
+
+	h := newHarness(t, item("orders", "d1", workflows.StatusDead, t0, ""), item("orders", "s1", workflows.StatusScheduled, t0, ""))
+	code, out := h.do("o", "POST", "/api/dead-letters/bulk-resolve", `{"ids":["retry/orders/d1","retry/orders/s1"],"reason":"done"}`)
+	require.Equal(t, http.StatusAccepted, code, out)
+	p := h.runJob()
+	require.Equal(t, 1, p.Failed, "%+v", p)
+	valid("Job", p)
+}
+
+// Each long action (a route named by a job kind) is described as starting a job: 202 with
+// Location, the Idempotency-Key header, and for a bulk action ?wait=true and its 200.
+func TestOpenAPIDescribesTheLongActions(t *testing.T) {
+	kinds := []string{jobs.KindReplay, jobs.KindPurge, jobs.KindRetryMatching, jobs.KindBulkRetry, jobs.KindBulkSkip,
+		jobs.KindBulkResolve, jobs.KindBulkDiscard}
+	var doc map[string]any
+	require.NoError(t, json.Unmarshal(openAPIDocument, &doc))
+	params := doc["components"].(map[string]any)["parameters"].(map[string]any)
+	found := map[string]bool{}
+	for _, name := range apiSpec.Operations() {
+		kind := name[strings.LastIndex(name, "/")+1:]
+		if !slices.Contains(kinds, kind) {
+			continue
+		}
+		found[kind] = true
+		op := apiSpec.Operation(name)
+		var in []string
+		for _, p := range op["parameters"].([]any) {
+			ref := p.(map[string]any)["$ref"].(string)
+			param := params[ref[strings.LastIndex(ref, "/")+1:]].(map[string]any)
+			in = append(in, param["in"].(string)+" "+param["name"].(string))
+		}
+		assert.Contains(t, in, "header Idempotency-Key", name)
+		responses := op["responses"].(map[string]any)
+		accepted, ok := responses["202"].(map[string]any)
+		if assert.True(t, ok, "%s: no 202", name) {
+			assert.Contains(t, accepted["headers"], "Location", name)
+		}
+		assert.Contains(t, responses, "200", "%s: a dry run or ?wait=true answers 200", name)
+		if strings.HasPrefix(kind, "bulk-") {
+			assert.Contains(t, in, "query wait", name)
+		} else {
+			assert.NotContains(t, in, "query wait", name)
+		}
+	}
+	assert.Len(t, found, len(kinds), "every kind of job has its route: %v", found)
 }

@@ -25,10 +25,6 @@ import (
 	"time"
 )
 
-// BeforeJobs names the extension holding an operation's synchronous 200 answer from before
-// long actions became jobs: accepted as a 200 besides the documented one.
-const BeforeJobs = "x-before-jobs"
-
 // Checker checks answers against one document.
 type Checker struct {
 	doc    map[string]any
@@ -238,9 +234,6 @@ func (c *Checker) CheckResponse(method, rawPath string, status int, header http.
 	}
 	name := r.Method + " " + r.Path
 	resp := c.response(r.op, status)
-	if alt, ok := r.op[BeforeJobs]; ok && resp == nil && status == http.StatusOK {
-		return c.checkBody(fmt.Sprintf("%s: %d (%s)", name, status, BeforeJobs), alt, body)
-	}
 	if resp == nil {
 		return fmt.Errorf("%s (%s %s): status %d is not described (answer %s)", name, method, rawPath, status, clip(body))
 	}
@@ -263,19 +256,7 @@ func (c *Checker) CheckResponse(method, rawPath string, status int, header http.
 			return fmt.Errorf("%s: %d: Content-Type %q, want application/json", name, status, header.Get("Content-Type"))
 		}
 	}
-	schemas := []any{media["schema"]}
-	if alt, ok := r.op[BeforeJobs]; ok && status == http.StatusOK {
-		schemas = append(schemas, alt)
-	}
-	var errs []error
-	for _, s := range schemas {
-		err := c.checkBody(fmt.Sprintf("%s: %d", name, status), s, body)
-		if err == nil {
-			return nil
-		}
-		errs = append(errs, err)
-	}
-	return errors.Join(errs...)
+	return c.checkBody(fmt.Sprintf("%s: %d", name, status), media["schema"], body)
 }
 
 func (c *Checker) errorSchema() any {
