@@ -189,7 +189,7 @@ func TestReplayAsAJob(t *testing.T) {
 
 	// The ops process restarts mid-job: the job goes on, on the worker.
 	ops.stop()
-	ops = s.startProc(opsCfg)
+	s.startProc(opsCfg) // stopped by the test's cleanup, like the first
 	mid := api.job(viewerToken, id)
 	require.Equal(t, "running", mid["state"], "the job ended before the restart: raise the count or lower the rate")
 	assert.GreaterOrEqual(t, mid["done"].(float64), second, "progress went back across the restart")
@@ -219,6 +219,10 @@ func TestReplayAsAJob(t *testing.T) {
 	out := api.must(409, opToken, "POST", "/api/jobs/"+url.PathEscape(pid)+"/cancel", map[string]any{})
 	assert.Contains(t, out["error"], "cancelled")
 	api.waitDead(q2, other-int(pj["done"].(float64)), time.Minute)
+	// The histories a change to JobWorkflow must keep replaying: a replay's last run after
+	// continues-as-new, and a purge cancelled by an Update.
+	s.recordHistory(id, "job-replay-completed")
+	s.recordHistory(pid, "job-purge-cancelled")
 
 	// Both are listed, newest first.
 	list := api.must(200, viewerToken, "GET", "/api/jobs", nil)["jobs"].([]any)

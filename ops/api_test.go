@@ -30,6 +30,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/retry-scheduler/retry-scheduler/jobs"
 	"github.com/retry-scheduler/retry-scheduler/message"
 	"github.com/retry-scheduler/retry-scheduler/policy"
 	"github.com/retry-scheduler/retry-scheduler/visibility"
@@ -131,6 +132,23 @@ func (f *fakeTemporal) CountWorkflow(ctx context.Context, req *workflowservice.C
 func (f *fakeTemporal) DescribeWorkflowExecution(_ context.Context, id, _ string) (*workflowservice.DescribeWorkflowExecutionResponse, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	for _, j := range f.jobs {
+		if j.opts.ID == id { // a job it was asked to start: running, no worker to answer queries
+			m := map[string]*commonpb.Payload{}
+			for k, v := range j.opts.Memo {
+				pl, perr := converter.GetDefaultDataConverter().ToPayload(v)
+				if perr != nil {
+					return nil, perr
+				}
+				m[k] = pl
+			}
+			return &workflowservice.DescribeWorkflowExecutionResponse{WorkflowExecutionInfo: &workflowpb.WorkflowExecutionInfo{
+				Execution: &commonpb.WorkflowExecution{WorkflowId: id, RunId: "run"},
+				Type:      &commonpb.WorkflowType{Name: jobs.WorkflowName}, Memo: &commonpb.Memo{Fields: m},
+				Status: enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING, StartTime: timestamppb.New(t0), TaskQueue: "tq",
+			}}, nil
+		}
+	}
 	if b, ok := f.breakers[id]; ok {
 		return &workflowservice.DescribeWorkflowExecutionResponse{WorkflowExecutionInfo: &workflowpb.WorkflowExecutionInfo{
 			Execution: &commonpb.WorkflowExecution{WorkflowId: id, RunId: "run"},
@@ -350,7 +368,16 @@ func newHarnessUI(t *testing.T, ui string, states ...workflows.State) *harness {
 
 func (h *harness) do(token, method, path, body string) (int, map[string]any) {
 	h.t.Helper()
+	return h.doWithHeader(token, method, path, body)
+}
+
+// doWithHeader is do with extra request headers, as name, value pairs.
+func (h *harness) doWithHeader(token, method, path, body string, header ...string) (int, map[string]any) {
+	h.t.Helper()
 	req := httptest.NewRequest(method, path, strings.NewReader(body))
+	for i := 0; i+1 < len(header); i += 2 {
+		req.Header.Set(header[i], header[i+1])
+	}
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+secrets[token])
 	}

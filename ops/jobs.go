@@ -126,28 +126,55 @@ func (j jobItems) Outcome(ctx context.Context, b jobs.Baseline) jobs.Outcome {
 // jobID is a new job's workflow ID: job/<kind>/<key>, the key from the request's
 // Idempotency-Key header when it is a UUID (a retried request then finds the job it
 // started), else a new one.
-func jobID(r *http.Request, kind string) string {
+func jobID(r *http.Request, kind string) (id string, keyed bool) {
 	key := uuid.NewString()
 	if k, err := uuid.Parse(strings.TrimSpace(r.Header.Get("Idempotency-Key"))); err == nil {
-		key = k.String()
+		key, keyed = k.String(), true
 	}
-	return jobs.IDPrefix + kind + "/" + key
+	return jobs.IDPrefix + kind + "/" + key, keyed
+}
+
+// existingJob answers a request whose Idempotency-Key names a job that exists, running or
+// ended, with that job as it is: the same request sent again never runs the action twice.
+func (a *API) existingJob(ctx context.Context, w http.ResponseWriter, p Principal, id string) bool {
+	job, err := a.readJob(ctx, p, id)
+	var ae *apiError
+	if errors.As(err, &ae) && ae.Status == http.StatusNotFound {
+		return false
+	}
+	if err != nil {
+		fail(w, err)
+		return true
+	}
+	w.Header().Set("Location", "/api/jobs/"+id)
+	writeJSON(w, http.StatusAccepted, JobResponse{Job: job})
+	return true
 }
 
 // startJob starts in as a job for p and answers 202 with it and its Location; auditKV are
 // the audit line's extra fields.
 func (a *API) startJob(w http.ResponseWriter, r *http.Request, p Principal, in jobs.Input, ids []string, auditKV ...any) {
-	id := jobID(r, in.Kind)
+	id, keyed := jobID(r, in.Kind)
+	ctx, cancel := context.WithTimeout(r.Context(), readTimeout)
+	defer cancel()
+	if keyed && a.existingJob(ctx, w, p, id) {
+		return
+	}
 	now := a.cfg.Now().UTC()
 	opts := client.StartWorkflowOptions{
 		ID: id, TaskQueue: a.cfg.TaskQueue,
+		// A key reused after its job ended finds that job (existingJob), never a new run; two
+		// requests with one key at once start one job.
 		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
+		WorkflowIDReusePolicy:    enumspb.WORKFLOW_ID_REUSE_POLICY_REJECT_DUPLICATE,
 		Memo: map[string]any{memoKind: in.Kind, memoActor: in.Target.Actor, memoTenant: in.Target.Tenant,
 			memoReason: in.Target.Reason, memoAction: in.Target.Action, memoStartedAt: now},
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), readTimeout)
-	defer cancel()
 	if _, err := a.cfg.Client.ExecuteWorkflow(ctx, opts, jobs.WorkflowName, in); err != nil {
+		var started *serviceerror.WorkflowExecutionAlreadyStarted
+		if keyed && errors.As(err, &started) && a.existingJob(ctx, w, p, id) {
+			return
+		}
 		a.audit(p, in.Kind, ids, in.Target.Reason, "refused", append([]any{"job", id, "error", err.Error()}, auditKV...)...)
 		fail(w, fmt.Errorf("start job %s: %w", id, err))
 		return

@@ -9,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/log"
 	"go.temporal.io/sdk/testsuite"
@@ -81,4 +82,26 @@ func TestLongActionsStartJobs(t *testing.T) {
 	code, out = h.do("o", "POST", "/api/dead-letters/bulk-discard?wait=maybe", `{"ids":["retry/orders/a"]}`)
 	assert.Equal(t, 400, code, out)
 	assert.Len(t, h.fake.jobs, 2, "a refused call starts no job")
+}
+
+// An Idempotency-Key names the job: the same request sent again answers with the job the
+// first one started, and starts nothing.
+func TestIdempotencyKeyFindsTheJobItStarted(t *testing.T) {
+	h := newHarness(t)
+	const key = "6f1c2a9e-2b7d-4c1e-9a5f-0d3b8e7c4a21"
+	send := func() (int, map[string]any) {
+		return h.doWithHeader("acme", "POST", "/api/retry-queue/retry-matching", `{"queue":"orders","reason":"smtp back"}`,
+			"Idempotency-Key", key)
+	}
+	code, first := send()
+	require.Equal(t, 202, code, first)
+	code, again := send()
+	require.Equal(t, 202, code, again)
+	id := first["job"].(map[string]any)["id"]
+	assert.Equal(t, "job/retry-matching/"+key, id)
+	assert.Equal(t, id, again["job"].(map[string]any)["id"])
+	assert.Len(t, h.fake.jobs, 1, "the second request started nothing")
+	assert.Equal(t, "acme", again["job"].(map[string]any)["actor"], "the existing job, from its memo")
+	assert.Equal(t, enumspb.WORKFLOW_ID_REUSE_POLICY_REJECT_DUPLICATE, h.fake.jobs[0].opts.WorkflowIDReusePolicy,
+		"a key reused after its job ended never runs the action again")
 }
