@@ -2,6 +2,7 @@ package service
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	workflowpb "go.temporal.io/api/workflow/v1"
@@ -12,6 +13,9 @@ import (
 	"github.com/retry-scheduler/retry-scheduler/visibility"
 	"github.com/retry-scheduler/retry-scheduler/workflows"
 )
+
+// errNoEarlierRun: visibility lists no closed run of the message (yet).
+var errNoEarlierRun = errors.New("no earlier run")
 
 // historyRunsPage is how many closed runs of one message PriorAttempts reads: one page, as
 // visibility lists the most recently closed runs first.
@@ -43,7 +47,10 @@ func (h history) PriorAttempts(ctx context.Context, workflowID, runID string) ([
 		}
 	}
 	if latest == nil {
-		return nil, nil
+		// A report continues a count only after an earlier run republished it, so that run
+		// exists; visibility records its close a moment after it ends (later on a loaded
+		// SQL store). An error lets the local activity's retries wait for it.
+		return nil, fmt.Errorf("%w: no closed run of %s listed yet", errNoEarlierRun, workflowID)
 	}
 	v, err := h.client.QueryWorkflow(ctx, workflowID, latest.GetExecution().GetRunId(), workflows.QueryState)
 	if err != nil {

@@ -272,7 +272,8 @@ const changePriorAttempts = "continue-attempts-of-earlier-run"
 
 var priorAttemptsOptions = workflow.LocalActivityOptions{
 	StartToCloseTimeout: 10 * time.Second,
-	RetryPolicy:         &temporal.RetryPolicy{InitialInterval: time.Second, MaximumAttempts: 3},
+	// Four tries over about 7 s: visibility lists the earlier run's close a moment after it.
+	RetryPolicy: &temporal.RetryPolicy{InitialInterval: time.Second, MaximumAttempts: 4},
 }
 
 // takePriorAttempts starts this run's attempt history with the earlier run's, when the
