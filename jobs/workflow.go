@@ -75,6 +75,11 @@ type job struct {
 	steps int
 }
 
+// acts names the local activities: methods of a nil *Activities, so that the function has
+// the activity's own signature (a method expression would add the receiver, which a worker
+// replaying without the activities registered refuses).
+var acts *Activities
+
 // eventsPerStep is about how many history events a step adds: a local activity's marker, a
 // batch's timer (started, fired) and a workflow task's three events.
 const eventsPerStep = 6
@@ -206,7 +211,7 @@ func (j *job) count() {
 		return
 	}
 	var n int64
-	if err := j.local(workflow.WithLocalActivityOptions(j.ctx, countOptions), (*Activities).JobCount, j.in.Query, &n); err != nil {
+	if err := j.local(workflow.WithLocalActivityOptions(j.ctx, countOptions), acts.JobCount, j.in.Query, &n); err != nil {
 		workflow.GetLogger(j.ctx).Warn("job: count failed; its total stays unknown", "error", err)
 		return
 	}
@@ -253,7 +258,7 @@ func (j *job) nextBatch() ([]string, error) {
 	if len(j.c.Buffer) == 0 && !j.c.Listed {
 		var page PageResult
 		req := PageRequest{Query: j.in.Query, Token: j.c.Token, Size: pageSize}
-		if err := j.local(workflow.WithLocalActivityOptions(j.ctx, listOptions), (*Activities).JobPage, req, &page); err != nil {
+		if err := j.local(workflow.WithLocalActivityOptions(j.ctx, listOptions), acts.JobPage, req, &page); err != nil {
 			return nil, fmt.Errorf("list the job's items: %w", err)
 		}
 		j.c.Buffer, j.c.Token, j.c.Listed = page.IDs, page.Next, len(page.Next) == 0
@@ -268,7 +273,7 @@ func (j *job) nextBatch() ([]string, error) {
 func (j *job) apply(ids []string) error {
 	var res []Applied
 	req := ApplyRequest{Target: j.in.Target, IDs: ids}
-	if err := j.local(j.ctx, (*Activities).JobApply, req, &res); err != nil {
+	if err := j.local(j.ctx, acts.JobApply, req, &res); err != nil {
 		return fmt.Errorf("act on %d items: %w", len(ids), err)
 	}
 	// The rate: a batch of n items takes at least n/rate; the job waits idle (answering its
@@ -390,7 +395,7 @@ func (j *job) settle() error {
 		return nil
 	}
 	var outs []Outcome
-	if err := j.local(workflow.WithLocalActivityOptions(j.ctx, outcomeOptions), (*Activities).JobOutcomes, j.c.Pending, &outs); err != nil {
+	if err := j.local(workflow.WithLocalActivityOptions(j.ctx, outcomeOptions), acts.JobOutcomes, j.c.Pending, &outs); err != nil {
 		return fmt.Errorf("read the replayed items' outcomes: %w", err)
 	}
 	if len(outs) != len(j.c.Pending) {
