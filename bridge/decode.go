@@ -1,6 +1,8 @@
 package bridge
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -147,6 +149,8 @@ type Delivery struct {
 	// UserID is the AMQP user-id property, which RabbitMQ checks against the publishing
 	// connection's user: the producer, where it says who it is.
 	UserID string
+	// Redelivered is the AMQP redelivered flag: the broker delivered it before.
+	Redelivered bool
 }
 
 // DeliveryFrom copies the fields Decode reads.
@@ -166,6 +170,7 @@ func DeliveryFrom(d amqp.Delivery) Delivery {
 		Exchange:        d.Exchange,
 		RoutingKey:      d.RoutingKey,
 		UserID:          d.UserId,
+		Redelivered:     d.Redelivered,
 	}
 }
 
@@ -228,6 +233,12 @@ func Decode(d Delivery, opts DecodeOptions) (message.FailureReport, error) {
 	return rep, nil
 }
 
+// reportDigest identifies a report's bytes: a redelivery of a report has the same.
+func reportDigest(body []byte) string {
+	sum := sha256.Sum256(body)
+	return hex.EncodeToString(sum[:16])
+}
+
 // accept finishes a decoded report with what every form shares, and refuses what no form
 // may carry: a short string AMQP cannot encode, headers that could not be republished,
 // values too long for a search attribute, and a destination the operator does not allow.
@@ -236,6 +247,7 @@ func accept(rep *message.FailureReport, d Delivery, opts DecodeOptions) *PoisonE
 	// A Keyword must be UTF-8 (an AMQP string header or the type property need not be).
 	m.EventType = strings.ToValidUTF8(m.EventType, "\uFFFD")
 	m.Producer = strings.ToValidUTF8(d.UserID, "\uFFFD")
+	rep.Redelivered, rep.Digest = d.Redelivered, reportDigest(d.Body)
 	if pe := checkShortStrings(*m); pe != nil {
 		return pe
 	}

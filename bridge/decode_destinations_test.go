@@ -247,3 +247,23 @@ policies:
 		assert.NotContains(t, n, "capped")
 	}
 }
+
+// A report carries the broker's redelivered flag and the digest of its bytes: the workflow
+// knows a redelivery of a report it applied.
+func TestDecodeCarriesRedeliveryAndDigest(t *testing.T) {
+	body := jsonBody(t, validRetryMessage())
+	d := amqp.Delivery{ContentType: "application/json", Body: body, MessageId: "m-1", Redelivered: true}
+	rep, err := Decode(DeliveryFrom(d), testOptions())
+	require.NoError(t, err)
+	assert.True(t, rep.Redelivered)
+	assert.Len(t, rep.Digest, 32)
+	d.Redelivered = false
+	again, err := Decode(DeliveryFrom(d), testOptions())
+	require.NoError(t, err)
+	assert.False(t, again.Redelivered)
+	assert.Equal(t, rep.Digest, again.Digest, "the same bytes, the same digest")
+	d.Body = jsonBody(t, func() map[string]any { f := validRetryMessage(); f["error_reason"] = "other"; return f }())
+	other, err := Decode(DeliveryFrom(d), testOptions())
+	require.NoError(t, err)
+	assert.NotEqual(t, rep.Digest, other.Digest)
+}

@@ -84,6 +84,11 @@ type FailureReport struct {
 	ServiceVersion string `json:"service_version,omitempty"`
 	// ReportedAt is when the bridge received the report.
 	ReportedAt time.Time `json:"reported_at"`
+	// Redelivered says the broker had delivered this report before (the AMQP redelivered
+	// flag), and Digest identifies its bytes (the first 32 hex of the body's sha256): a report
+	// redelivered with the bytes of one a run already applied is that report again.
+	Redelivered bool   `json:"redelivered,omitempty"`
+	Digest      string `json:"digest,omitempty"`
 
 	// Poison, when set, says the delivery could not be decoded or carried (poison, oversize):
 	// the report parks the message as dead at once, for an operator (see Poison).

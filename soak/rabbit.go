@@ -5,9 +5,10 @@ import (
 	"fmt"
 	"net"
 	"os/exec"
-	"regexp"
 	"strings"
 	"time"
+
+	"github.com/retry-scheduler/retry-scheduler/broker/brokertest"
 )
 
 // rabbitctl runs rabbitmqctl with a timeout and returns its combined output.
@@ -74,34 +75,6 @@ func restartRabbit(ctx context.Context, addr string) (time.Duration, error) {
 
 // closeConnectionsByName closes every broker connection whose client-provided connection
 // name starts with prefix (the service's own, never other people's), and returns how many.
-// The table output is used because its pids are the form close_connection accepts.
 func closeConnectionsByName(ctx context.Context, prefix, reason string) (int, error) {
-	out, err := rabbitctl(ctx, 30*time.Second, "list_connections", "pid", "client_properties", "-q")
-	if err != nil {
-		return 0, err
-	}
-	closed := 0
-	var errs []string
-	for _, line := range strings.Split(out, "\n") {
-		pid, props, ok := strings.Cut(line, "\t")
-		if !ok || !strings.HasPrefix(pid, "<") {
-			continue // the header, or a blank line
-		}
-		m := connectionNameRE.FindStringSubmatch(props)
-		if m == nil || !strings.HasPrefix(m[1], prefix) {
-			continue
-		}
-		if _, err := rabbitctl(ctx, 30*time.Second, "close_connection", pid, reason); err != nil {
-			errs = append(errs, err.Error())
-			continue
-		}
-		closed++
-	}
-	if len(errs) > 0 {
-		return closed, fmt.Errorf("close_connection: %s", strings.Join(errs, "; "))
-	}
-	return closed, nil
+	return brokertest.CloseConnections(ctx, prefix, reason)
 }
-
-// connectionNameRE finds connection_name in rabbitmqctl's table rendering of client properties.
-var connectionNameRE = regexp.MustCompile(`\{"connection_name","([^"]*)"\}`)

@@ -92,6 +92,9 @@ type retryRun struct {
 	actions workflow.Channel
 	// lastKey is the key of the most recent republish: a report that names another key is stale.
 	lastKey string
+	// applied are the digests of the reports this run applied as failures, newest last: rebuilt
+	// by replay from the same signals, so not part of the state.
+	applied []string
 	// released is set when the next republish was let go (a breaker's release, an operator's
 	// retry-now): it goes out whatever the destination's breaker says.
 	released bool
@@ -325,6 +328,7 @@ func (r *retryRun) step() error {
 // FirstDelay must take the same decision for a run's first report.
 func (r *retryRun) failed(rep message.FailureReport, now time.Time) {
 	s := &r.state
+	r.rememberApplied(rep)
 	d := s.record(rep, now, r.rules)
 	if !d.Retry {
 		r.toDead(d.Cause, d.Reason)

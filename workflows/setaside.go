@@ -1,6 +1,7 @@
 package workflows
 
 import (
+	"slices"
 	"strconv"
 	"time"
 
@@ -20,6 +21,9 @@ const (
 	// SetAsideBeforeRepublish: no retry_key and a retry_count behind the attempt, received by
 	// the bridge before the latest republish went out, so not that republish's failure.
 	SetAsideBeforeRepublish = "before-republish"
+	// SetAsideRedelivered: no retry_key and a retry_count behind the attempt, redelivered by
+	// the broker with the bytes of a report the run already applied: that report again.
+	SetAsideRedelivered = "redelivered"
 	// SetAsideRetryPending: the latest failure is recorded and its retry is scheduled, being
 	// republished or held.
 	SetAsideRetryPending = "retry-pending"
@@ -105,11 +109,30 @@ func (r *retryRun) keylessBehind(rep message.FailureReport) (reason, why string)
 		return SetAsideBeforeRepublish, behind + ", received at " + rep.ReportedAt.UTC().Format(time.RFC3339Nano) +
 			", before retry " + strconv.Itoa(s.RetryCount) + " went out at " + at.UTC().Format(time.RFC3339Nano)
 	}
+	if rep.Redelivered && rep.Digest != "" && slices.Contains(r.applied, rep.Digest) {
+		return SetAsideRedelivered, behind + ", redelivered by the broker with the bytes of a report this run applied"
+	}
 	r.event("note", "", behind+": counted as the failure of retry "+strconv.Itoa(s.RetryCount)+
 		" (it cannot be told from a redelivery; copy x-retry-key into reports to tell them apart)")
 	workflow.GetLogger(r.ctx).Info("report without retry_key counted as the latest retry's failure",
 		"message_id", s.Message.MessageID, "attempt", s.RetryCount, "retry_count", rep.RetryCount, "outcome", "counted")
 	return "", ""
+}
+
+// maxApplied bounds the digests of applied reports a run keeps: a redelivery follows its
+// report closely.
+const maxApplied = 16
+
+// rememberApplied keeps the digest of a report the run applied as a failure, so that the
+// broker's redelivery of it is known for what it is (keylessBehind).
+func (r *retryRun) rememberApplied(rep message.FailureReport) {
+	if rep.Digest == "" {
+		return
+	}
+	r.applied = append(r.applied, rep.Digest)
+	if len(r.applied) > maxApplied {
+		r.applied = r.applied[len(r.applied)-maxApplied:]
+	}
 }
 
 // latestRepublishAt is when the latest republish was confirmed, zero when unknown.

@@ -232,3 +232,31 @@ func (s *retrySuite) TestNaiveReportOnARunFromBeforeTheChangeIsSetAside() {
 	s.Contains(st.LastSetAside.Detail, "retry_count 0 behind attempt 1")
 	s.Equal(int64(1), rec.get(setAsideKey(SetAsideBehindCount)))
 }
+
+// The broker's redelivery of the run's first report (its ack was lost after the signal went
+// in), arriving after retry 1 went out, has that report's bytes: it is the same report, set
+// aside, and retry 1 is not spent. A redelivered report with other bytes still counts.
+func (s *retrySuite) TestRedeliveredFirstReportIsSetAside() {
+	rec := s.recordCounters()
+	p := fixedPolicy(3)
+	first := naive(p)
+	first.Digest = "d-first"
+	again := first
+	again.Redelivered = true
+	other := naive(p)
+	other.Redelivered, other.Digest = true, "d-other"
+	s.at(15*time.Second, SignalFailureReport, again)
+	var st State
+	s.queryAt(16*time.Second, &st)
+	s.at(17*time.Second, SignalFailureReport, other)
+	var st2 State
+	s.queryAt(18*time.Second, &st2)
+	s.start(first)
+
+	s.Equal(StatusDelivered, s.result().Status)
+	s.Equal(StatusAwaitingOutcome, st.Status, "retry 1 still awaits its outcome")
+	s.Equal(map[string]int{SetAsideRedelivered: 1}, st.SetAside)
+	s.Equal(int64(1), rec.get(setAsideKey(SetAsideRedelivered)))
+	s.Equal(StatusScheduled, st2.Status, "a redelivered report with other bytes counts")
+	s.Len(s.pub.to(testQueue), 2)
+}
