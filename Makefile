@@ -265,6 +265,7 @@ test-e2e-postgres: temporal-server rabbitmq ## e2e tests (-tags integration) aga
 	await $$tmp/addr $$pid 3000 "Temporal server $(TEMPORAL_SERVER_VERSION) on PostgreSQL" $$tmp/devserver.out || exit 1; \
 	export TEMPORAL_ADDRESS=$$(cat $$tmp/addr) TEMPORAL_ENGINE=postgres; \
 	echo "== e2e tests against Temporal $(TEMPORAL_SERVER_VERSION) on PostgreSQL at $$TEMPORAL_ADDRESS (pid $$pid; $$(sed -n 's/^Databases: //p' $$tmp/devserver.out))"; \
+	if [ -n '$(E2E_POSTGRES_SKIP)' ]; then echo "== not run on PostgreSQL, by E2E_POSTGRES_SKIP (run on the dev server above): $(E2E_POSTGRES_SKIP)"; fi; \
 	$(GO) test -race -json -tags integration -timeout $(E2E_TIMEOUT) -p 1 -skip '$(E2E_POSTGRES_SKIP)' ./e2e/ 2>&1 | $(TESTREPORT); rc=$$?; \
 	if [ $$rc != 0 ]; then echo "--- Temporal server log (last lines) ---"; tail -n 40 $$tmp/temporal.log; fi; \
 	exit $$rc
@@ -275,7 +276,7 @@ test-e2e-postgres: temporal-server rabbitmq ## e2e tests (-tags integration) aga
 # skipped with a message, except under CI=true, where it fails.
 test-node: rabbitmq ## The Node client's tests (clients/node, node --test) against the real RabbitMQ
 	@if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then \
-		if [ "$$CI" = true ]; then echo "test-node: node and npm are required (CI=true)" >&2; exit 1; fi; \
+		case "$$CI" in 1|t|T|TRUE|true|True) echo "test-node: node and npm are required (CI=true)" >&2; exit 1;; esac; \
 		echo "== Node client tests: SKIPPED, node or npm not found (install Node.js 18 or later)"; exit 0; \
 	fi; \
 	echo "== Node client tests (node $$(node --version))"; \

@@ -22,6 +22,7 @@ import (
 
 	"github.com/retry-scheduler/retry-scheduler/broker/brokertest"
 	"github.com/retry-scheduler/retry-scheduler/clients/go/retryclient"
+	"github.com/retry-scheduler/retry-scheduler/internal/testenv"
 	"github.com/retry-scheduler/retry-scheduler/message"
 	"github.com/retry-scheduler/retry-scheduler/workflows"
 )
@@ -165,7 +166,7 @@ func (s *stack) nodeConsumer(queue string) <-chan nodeEvent {
 		_, err = os.Stat(filepath.Join(dir, "node_modules", "amqplib"))
 	}
 	if err != nil {
-		if os.Getenv("CI") == "true" {
+		if testenv.CI() {
 			t.Fatalf("the Node client's e2e test needs node and clients/node/node_modules (make test-node): %v", err)
 		}
 		t.Skipf("node or clients/node/node_modules missing (run make test-node first): %v", err)

@@ -10,11 +10,21 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"strconv"
+	"strings"
 	"testing"
 )
 
-// CI reports whether the tests run under CI (CI=true, as CI services and .ci/run set it).
-func CI() bool { return os.Getenv("CI") == "true" }
+// CI reports whether the tests run under CI: CI set to a true value (true, 1, TRUE, t...:
+// strconv.ParseBool's), as CI services and .ci/run set it. Any other spelling of "yes" that
+// let skips pass would let CI pass on tests that did not run.
+func CI() bool { return IsTrue(os.Getenv("CI")) }
+
+// IsTrue reports whether v is a true value for strconv.ParseBool.
+func IsTrue(v string) bool {
+	b, err := strconv.ParseBool(strings.TrimSpace(v))
+	return err == nil && b
+}
 
 // Missing ends the test for want of a prerequisite: a skip with the reason, or under
 // CI=true a failure.

@@ -37,3 +37,14 @@ func TestLookPathFindsAProgram(t *testing.T) {
 	require.NotEmpty(t, p)
 	assert.True(t, strings.HasSuffix(p, "/sh"))
 }
+
+// Every true spelling counts as CI, so that a CI service writing CI=1 or CI=TRUE never lets
+// skips pass; anything else is not CI.
+func TestIsTrue(t *testing.T) {
+	for _, v := range []string{"true", "1", "TRUE", "True", "t", " true "} {
+		assert.True(t, IsTrue(v), "%q", v)
+	}
+	for _, v := range []string{"", "false", "0", "yes", "no"} {
+		assert.False(t, IsTrue(v), "%q", v)
+	}
+}

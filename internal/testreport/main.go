@@ -25,7 +25,7 @@ func main() {
 	profile := fs.String("coverprofile", "", "coverage profile of the run, for the total")
 	var gates gateFlag
 	fs.Var(&gates, "min-coverage", "package=percent: fail when the package's coverage is below (repeatable, or comma-separated)")
-	failOnSkip := fs.Bool("fail-on-skip", os.Getenv("CI") == "true", "fail when any test skipped (default: CI=true)")
+	failOnSkip := fs.Bool("fail-on-skip", ciTrue(os.Getenv("CI")), "fail when any test skipped (default: CI set to a true value)")
 	_ = fs.Parse(os.Args[1:])
 	os.Exit(run(os.Stdin, os.Stdout, options{profile: *profile, gates: gates, failOnSkip: *failOnSkip}))
 }
@@ -127,4 +127,11 @@ func (g *gateFlag) Set(v string) error {
 		*g = append(*g, gate{pkg, min})
 	}
 	return nil
+}
+
+// ciTrue reports whether CI holds a true value (true, 1, TRUE...: strconv.ParseBool's), as
+// internal/testenv reads it for the tests themselves.
+func ciTrue(v string) bool {
+	b, err := strconv.ParseBool(strings.TrimSpace(v))
+	return err == nil && b
 }
