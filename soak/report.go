@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"github.com/retry-scheduler/retry-scheduler/buildinfo"
 	"io"
 	"log/slog"
 	"os"
@@ -19,11 +20,14 @@ import (
 
 // report is the JSON written under soak/results/.
 type report struct {
-	RunID        string         `json:"run_id"`
-	Command      string         `json:"command"`
-	Started      time.Time      `json:"started"`
-	Elapsed      string         `json:"elapsed"`
-	Temporal     string         `json:"temporal"` // the engine's server
+	RunID    string    `json:"run_id"`
+	Command  string    `json:"command"`
+	Started  time.Time `json:"started"`
+	Elapsed  string    `json:"elapsed"`
+	Temporal string    `json:"temporal"` // the engine's server
+	// Build names the code the soak ran: the commit, "-dirty" in the version when the checkout
+	// had uncommitted changes (the service binary is built from the same checkout).
+	Build        buildinfo.Info `json:"build"`
 	Passed       bool           `json:"passed"`
 	Machine      map[string]any `json:"machine"`
 	Options      map[string]any `json:"options"`
@@ -36,7 +40,7 @@ type report struct {
 
 func printReport(w io.Writer, r report) {
 	f := r.Figures
-	fmt.Fprintf(w, "\nretry-scheduler soak %s: %d messages, %d process kills, %d faults, %s (%s)\n\n", r.RunID, f.Messages, f.ProcessKills, f.Faults, r.Elapsed, r.Temporal)
+	fmt.Fprintf(w, "\nretry-scheduler soak %s: %d messages, %d process kills, %d faults, %s (%s)\ncode: %s (revision %s)\n\n", r.RunID, f.Messages, f.ProcessKills, f.Faults, r.Elapsed, r.Temporal, r.Build.Version, r.Build.Revision)
 	row := func(label string, v any, note string) {
 		fmt.Fprintf(w, "  %-36s %9v  %s\n", label, v, note)
 	}

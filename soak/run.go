@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"github.com/retry-scheduler/retry-scheduler/buildinfo"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -367,7 +368,7 @@ drain:
 
 	rep := report{
 		RunID: n.id, Command: commandLine(), Started: started, Elapsed: time.Since(started).Round(time.Second).String(),
-		Temporal: o.engine.ServerName(), Machine: machineInfo(o.engine), Options: optionsJSON(o, faultKinds, rate), Figures: f, Faults: faults,
+		Temporal: o.engine.ServerName(), Build: buildinfo.Get(), Machine: machineInfo(o.engine), Options: optionsJSON(o, faultKinds, rate), Figures: f, Faults: faults,
 		ProduceError: errString(produceErr), RunDirectory: dir,
 	}
 	rep.Passed = f.Lost == 0 && f.Unexpected == 0 && f.Published == o.n
