@@ -3,7 +3,6 @@ package main
 import (
 	"encoding/json"
 	"fmt"
-	"github.com/retry-scheduler/retry-scheduler/buildinfo"
 	"io"
 	"log/slog"
 	"os"
@@ -15,6 +14,7 @@ import (
 
 	sdklog "go.temporal.io/sdk/log"
 
+	"github.com/retry-scheduler/retry-scheduler/buildinfo"
 	"github.com/retry-scheduler/retry-scheduler/devserver"
 )
 
