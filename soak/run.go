@@ -12,8 +12,8 @@ import (
 
 	"go.temporal.io/sdk/client"
 
-	"github.com/retry-scheduler/retry-scheduler/buildinfo"
 	"github.com/retry-scheduler/retry-scheduler/broker"
+	"github.com/retry-scheduler/retry-scheduler/buildinfo"
 	"github.com/retry-scheduler/retry-scheduler/config"
 	"github.com/retry-scheduler/retry-scheduler/devserver"
 	"github.com/retry-scheduler/retry-scheduler/message"
