@@ -194,24 +194,19 @@ func (a *API) deleteDeadLetter(w http.ResponseWriter, r *http.Request) {
 
 func (a *API) single(w http.ResponseWriter, r *http.Request, act action, id string) {
 	p := principalOf(r.Context())
-	var req ActionRequest
-	if err := readJSON(w, r, &req, true); err != nil {
-		fail(w, err)
-		return
-	}
-	if err := checkReason(req.Reason); err != nil {
-		fail(w, err)
+	reason, ok := readReason(w, r)
+	if !ok {
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), readTimeout+a.cfg.ActionWait)
 	defer cancel()
-	st, err := a.update(ctx, p, act, id, req.Reason)
+	st, err := a.update(ctx, p, act, id, reason)
 	if err != nil {
-		a.audit(p, act.Name, []string{id}, req.Reason, "refused", "error", err.Error())
+		a.audit(p, act.Name, []string{id}, reason, "refused", "error", err.Error())
 		fail(w, err)
 		return
 	}
-	a.audit(p, act.Name, []string{id}, req.Reason, "applied", "status", string(st.Status))
+	a.audit(p, act.Name, []string{id}, reason, "applied", "status", string(st.Status))
 	writeJSON(w, http.StatusOK, ActionResponse{ID: id, Action: act.Name, Applied: true, State: st})
 }
 

@@ -335,26 +335,21 @@ func (a *API) postBreakerAction(w http.ResponseWriter, r *http.Request) {
 		fail(w, err)
 		return
 	}
-	var req BreakerRequest
-	if err := readJSON(w, r, &req, true); err != nil {
-		fail(w, err)
-		return
-	}
-	if err := checkReason(req.Reason); err != nil {
-		fail(w, err)
+	reason, ok := readReason(w, r)
+	if !ok {
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), readTimeout+a.cfg.ActionWait)
 	defer cancel()
 	name := "breaker-" + act.Name
 	id := message.BreakerWorkflowID(queue)
-	st, err := a.breakerUpdate(ctx, p, act, queue, req.Reason)
+	st, err := a.breakerUpdate(ctx, p, act, queue, reason)
 	if err != nil {
-		a.audit(p, name, []string{id}, req.Reason, "refused", "queue", queue, "error", err.Error())
+		a.audit(p, name, []string{id}, reason, "refused", "queue", queue, "error", err.Error())
 		fail(w, err)
 		return
 	}
-	a.audit(p, name, []string{id}, req.Reason, "applied", "queue", queue, "state", string(st.Mode))
+	a.audit(p, name, []string{id}, reason, "applied", "queue", queue, "state", string(st.Mode))
 	v := BreakerView{Queue: queue, WorkflowID: id, State: st.Mode, WebUIURL: a.webUIURL(id, "")}
 	v.fill(st)
 	if v.Held, err = a.heldCount(ctx, queue); err != nil {

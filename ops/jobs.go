@@ -361,13 +361,8 @@ func (a *API) postJobAction(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	p := principalOf(r.Context())
-	var req CancelRequest
-	if err := readJSON(w, r, &req, true); err != nil {
-		fail(w, err)
-		return
-	}
-	if err := checkReason(req.Reason); err != nil {
-		fail(w, err)
+	reason, ok := readReason(w, r)
+	if !ok {
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), readTimeout+a.cfg.ActionWait)
@@ -377,14 +372,14 @@ func (a *API) postJobAction(w http.ResponseWriter, r *http.Request) {
 		err = &apiError{Status: http.StatusConflict, Msg: fmt.Sprintf("job %q is %s: only a running job can be cancelled", id, job.State)}
 	}
 	if err == nil {
-		job, err = a.cancelJob(ctx, p, id, req.Reason)
+		job, err = a.cancelJob(ctx, p, id, reason)
 	}
 	if err != nil {
-		a.audit(p, "cancel-job", nil, req.Reason, "refused", "job", id, "error", err.Error())
+		a.audit(p, "cancel-job", nil, reason, "refused", "job", id, "error", err.Error())
 		fail(w, err)
 		return
 	}
-	a.audit(p, "cancel-job", nil, req.Reason, "applied", "job", id, "done", job.Done, "failed", job.Failed)
+	a.audit(p, "cancel-job", nil, reason, "applied", "job", id, "done", job.Done, "failed", job.Failed)
 	writeJSON(w, http.StatusOK, JobResponse{Job: job})
 }
 

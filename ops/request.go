@@ -58,6 +58,21 @@ func readJSON(w http.ResponseWriter, r *http.Request, v any, emptyOK bool) error
 	return nil
 }
 
+// readReason reads a body that holds at most a reason (ActionRequest, BreakerRequest,
+// CancelRequest) and checks it; on a bad body it answers the error and ok is false.
+func readReason(w http.ResponseWriter, r *http.Request) (reason string, ok bool) {
+	var req ActionRequest
+	if err := readJSON(w, r, &req, true); err != nil {
+		fail(w, err)
+		return "", false
+	}
+	if err := checkReason(req.Reason); err != nil {
+		fail(w, err)
+		return "", false
+	}
+	return req.Reason, true
+}
+
 // checkReason refuses a reason too long, or with control characters other than line breaks
 // and tabs.
 func checkReason(s string) error {
