@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/retry-scheduler/retry-scheduler/broker/brokertest"
 	"github.com/retry-scheduler/retry-scheduler/devserver"
 )
 
@@ -170,7 +171,7 @@ func (w *world) inject(ctx context.Context, kind string, n int) faultRecord {
 		}
 	case faultCloseConns:
 		var closed int
-		closed, err = closeConnectionsByName(ctx, w.svcConnPrefix, "soak: forced close")
+		closed, err = brokertest.CloseConnections(ctx, w.svcConnPrefix, "soak: forced close")
 		detail = fmt.Sprintf("%d connections named %s* closed by the broker", closed, w.svcConnPrefix)
 	case faultRabbitRestart:
 		var away time.Duration

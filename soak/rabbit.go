@@ -7,8 +7,6 @@ import (
 	"os/exec"
 	"strings"
 	"time"
-
-	"github.com/retry-scheduler/retry-scheduler/broker/brokertest"
 )
 
 // rabbitctl runs rabbitmqctl with a timeout and returns its combined output.
@@ -71,10 +69,4 @@ func restartRabbit(ctx context.Context, addr string) (time.Duration, error) {
 		return time.Since(start), err
 	}
 	return time.Since(start), nil
-}
-
-// closeConnectionsByName closes every broker connection whose client-provided connection
-// name starts with prefix (the service's own, never other people's), and returns how many.
-func closeConnectionsByName(ctx context.Context, prefix, reason string) (int, error) {
-	return brokertest.CloseConnections(ctx, prefix, reason)
 }
