@@ -79,7 +79,13 @@ func (t *traffic) publishHostile(ctx context.Context, pub *broker.Publisher, h h
 type hostileRecord struct {
 	hostile
 	published bool
-	envelopes []string // dead reasons
+	envelopes []hostileEnvelope
+}
+
+// hostileEnvelope is one envelope read for a bad report.
+type hostileEnvelope struct {
+	Reason string `json:"reason"`
+	DLQID  string `json:"dlq_id"`
 }
 
 // hostileFigures are the bad reports' row of the result.
@@ -89,8 +95,11 @@ type hostileFigures struct {
 	DeadLettered int `json:"dead_lettered"`
 	// Missing never reached the dead-letter queue: a report dropped in silence (lost).
 	Missing int `json:"missing"`
-	// Wrong ended with another reason or more than one envelope (unexpected).
+	// Wrong ended with another reason, or with envelopes of more than one dlqId (unexpected).
 	Wrong int `json:"wrong"`
+	// DuplicateEnvelopes are envelopes published again with the same dlqId (a bridge
+	// restarted between its confirm and its ack): allowed, as for any dead letter.
+	DuplicateEnvelopes int `json:"duplicate_envelopes"`
 }
 
 // judgeHostile counts the bad reports' ends; l.mu is held.
@@ -106,13 +115,25 @@ func judgeHostile(l *ledger) (hostileFigures, []problem) {
 		case len(h.envelopes) == 0:
 			f.Missing++
 			probs = append(probs, problem{MessageID: h.id, Check: "hostile report dead-lettered", Detail: h.kind + ": no envelope"})
-		case len(h.envelopes) == 1 && h.envelopes[0] == h.deadReason:
+		case sameEnvelope(h.envelopes, h.deadReason):
 			f.DeadLettered++
+			f.DuplicateEnvelopes += len(h.envelopes) - 1
 		default:
 			f.Wrong++
 			probs = append(probs, problem{MessageID: h.id, Check: "hostile report dead-lettered",
-				Detail: fmt.Sprintf("%s: envelopes %v, want one %s", h.kind, h.envelopes, h.deadReason)})
+				Detail: fmt.Sprintf("%s: envelopes %v, want %s under one dlqId", h.kind, h.envelopes, h.deadReason)})
 		}
 	}
 	return f, probs
+}
+
+// sameEnvelope says whether envs are one envelope, published once or again with the same
+// dlqId, with the reason want.
+func sameEnvelope(envs []hostileEnvelope, want string) bool {
+	for _, e := range envs {
+		if e.Reason != want || e.DLQID != envs[0].DLQID {
+			return false
+		}
+	}
+	return len(envs) > 0
 }

@@ -130,14 +130,14 @@ func (l *ledger) markHostilePublished(id string) {
 }
 
 // hostileDeadLettered records an envelope of a bad report, and says whether id was one.
-func (l *ledger) hostileDeadLettered(id, reason string) bool {
+func (l *ledger) hostileDeadLettered(id, reason, dlqID string) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	h := l.hostile[id]
 	if h == nil {
 		return false
 	}
-	h.envelopes = append(h.envelopes, reason)
+	h.envelopes = append(h.envelopes, hostileEnvelope{Reason: reason, DLQID: dlqID})
 	return true
 }
 

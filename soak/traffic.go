@@ -201,7 +201,7 @@ func (t *traffic) handleDead(_ context.Context, d amqp.Delivery) {
 	for _, a := range e.RetryAttempts {
 		dl.Attempts = append(dl.Attempts, a.Attempt)
 	}
-	if !t.ledger.hostileDeadLettered(e.MessageID, e.DeadReason) {
+	if !t.ledger.hostileDeadLettered(e.MessageID, e.DeadReason, e.DLQID) {
 		t.ledger.deadLettered(e.MessageID, dl)
 	}
 	_ = d.Ack(false)
