@@ -14,7 +14,6 @@ import (
 
 	sdklog "go.temporal.io/sdk/log"
 
-	"github.com/retry-scheduler/retry-scheduler/buildinfo"
 	"github.com/retry-scheduler/retry-scheduler/devserver"
 )
 
@@ -25,9 +24,10 @@ type report struct {
 	Started  time.Time `json:"started"`
 	Elapsed  string    `json:"elapsed"`
 	Temporal string    `json:"temporal"` // the engine's server
-	// Build names the code the soak ran: the commit, "-dirty" in the version when the checkout
-	// had uncommitted changes (the service binary is built from the same checkout).
-	Build        buildinfo.Info `json:"build"`
+	// Commit is the checkout's commit the soak and the service were built from, Dirty set
+	// when it had uncommitted changes: the code the figures belong to.
+	Commit       string         `json:"commit"`
+	Dirty        bool           `json:"dirty"`
 	Passed       bool           `json:"passed"`
 	Machine      map[string]any `json:"machine"`
 	Options      map[string]any `json:"options"`
@@ -40,7 +40,7 @@ type report struct {
 
 func printReport(w io.Writer, r report) {
 	f := r.Figures
-	fmt.Fprintf(w, "\nretry-scheduler soak %s: %d messages, %d process kills, %d faults, %s (%s)\ncode: %s (revision %s)\n\n", r.RunID, f.Messages, f.ProcessKills, f.Faults, r.Elapsed, r.Temporal, r.Build.Version, r.Build.Revision)
+	fmt.Fprintf(w, "\nretry-scheduler soak %s: %d messages, %d process kills, %d faults, %s (%s)\ncode: commit %s (dirty %t)\n\n", r.RunID, f.Messages, f.ProcessKills, f.Faults, r.Elapsed, r.Temporal, r.Commit, r.Dirty)
 	row := func(label string, v any, note string) {
 		fmt.Fprintf(w, "  %-36s %9v  %s\n", label, v, note)
 	}
@@ -161,4 +161,15 @@ func machineInfo(engine devserver.Engine) map[string]any {
 
 func quietSDKLogger() sdklog.Logger {
 	return sdklog.NewStructuredLogger(slog.New(slog.DiscardHandler))
+}
+
+// checkoutCommit is the commit of the checkout the soak runs in, and whether it has
+// uncommitted changes; "unknown" when git cannot tell.
+func checkoutCommit() (commit string, dirty bool) {
+	out, err := exec.Command("git", "rev-parse", "HEAD").Output()
+	if err != nil {
+		return "unknown", false
+	}
+	status, err := exec.Command("git", "status", "--porcelain", "--untracked-files=no").Output()
+	return strings.TrimSpace(string(out)), err == nil && len(strings.TrimSpace(string(status))) > 0
 }

@@ -13,7 +13,6 @@ import (
 	"go.temporal.io/sdk/client"
 
 	"github.com/retry-scheduler/retry-scheduler/broker"
-	"github.com/retry-scheduler/retry-scheduler/buildinfo"
 	"github.com/retry-scheduler/retry-scheduler/config"
 	"github.com/retry-scheduler/retry-scheduler/devserver"
 	"github.com/retry-scheduler/retry-scheduler/message"
@@ -366,9 +365,11 @@ drain:
 	}
 	f.ProcessKills = f.WorkerKills + f.BridgeKills + f.TemporalKills
 
+	commit, dirty := checkoutCommit()
 	rep := report{
+		Commit: commit, Dirty: dirty,
 		RunID: n.id, Command: commandLine(), Started: started, Elapsed: time.Since(started).Round(time.Second).String(),
-		Temporal: o.engine.ServerName(), Build: buildinfo.Get(), Machine: machineInfo(o.engine), Options: optionsJSON(o, faultKinds, rate), Figures: f, Faults: faults,
+		Temporal: o.engine.ServerName(), Machine: machineInfo(o.engine), Options: optionsJSON(o, faultKinds, rate), Figures: f, Faults: faults,
 		ProduceError: errString(produceErr), RunDirectory: dir,
 	}
 	rep.Passed = f.Lost == 0 && f.Unexpected == 0 && f.Published == o.n
