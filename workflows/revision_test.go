@@ -92,7 +92,9 @@ func (s *retrySuite) TestHeldFirstReportRepublishesAtOnce() {
 		first := report(fixedPolicy(3), 0, transient)
 		first.ReportedAt = s.env.Now().Add(-10 * time.Second) // the policy's delay, waited by the bridge
 		var after State
-		s.queryAt(time.Millisecond, &after)
+		// One second: far inside the policy's 10 s delay, and far beyond what the local
+		// publish takes in real time (the test clock also moves with the wall clock).
+		s.queryAt(time.Second, &after)
 		in := Input{Retention: time.Hour, Revision: CurrentRevision, Held: true}
 		if bySignal {
 			s.at(0, SignalFailureReport, first)
