@@ -86,7 +86,9 @@ func runCeiling(ctx context.Context, c options, env *environment) ([]step, error
 			break
 		}
 		name := "ceiling-" + strconv.Itoa(rate)
-		t := newTracker(c.Delay)
+		t := newTracker(c.Delays.nominal(), func(seq int) time.Duration {
+			return c.Delays.of(probeWorkflowID(name, seq, env.prefix), 1)
+		})
 		p.mu.Lock()
 		p.steps[name] = t
 		p.mu.Unlock()
@@ -99,10 +101,12 @@ func runCeiling(ctx context.Context, c options, env *environment) ([]step, error
 				TaskQueue:        taskQueue,
 				EnableEagerStart: true,
 			}
-			in := probeInput{Step: name, Seq: seq, Delay: c.Delay}
+			// The same delay as the service would wait for a message of this workflow ID.
+			delay := c.Delays.of(opts.ID, 1)
+			in := probeInput{Step: name, Seq: seq, Delay: delay}
 			if c.ProbeStartDelay {
 				// The delay as the start's backoff: one workflow task instead of two, no eager start.
-				opts.EnableEagerStart, opts.StartDelay, in.Delay = false, c.Delay, 0
+				opts.EnableEagerStart, opts.StartDelay, in.Delay = false, delay, 0
 			}
 			sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 			defer cancel()
@@ -114,7 +118,7 @@ func runCeiling(ctx context.Context, c options, env *environment) ([]step, error
 			}
 			t.markSent(seq, at)
 		})
-		t.waitAll(ctx, c.DrainTimeout, c.Delay+c.DrainLimit)
+		t.waitAll(ctx, c.DrainTimeout, c.Delays.nominal()+c.DrainLimit)
 		// Let the last workflows complete (their task after the activity) before reading the CPU.
 		sleep(ctx, 500*time.Millisecond)
 

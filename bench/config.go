@@ -20,11 +20,14 @@ const (
 	phaseCeiling   = "ceiling"
 	phaseLadder    = "ladder"
 	phaseSustained = "sustained"
-	phaseBurst     = "burst"
-	phaseMixed     = "mixed"
+	// phaseSplit is the sustained load on the layout the Kubernetes base deploys: bridge and
+	// worker in processes of their own (no eager start: the bridge has no worker beside it).
+	phaseSplit = "split"
+	phaseBurst = "burst"
+	phaseMixed = "mixed"
 )
 
-var allPhases = []string{phaseCeiling, phaseLadder, phaseSustained, phaseBurst, phaseMixed}
+var allPhases = []string{phaseCeiling, phaseLadder, phaseSustained, phaseSplit, phaseBurst, phaseMixed}
 
 // defaultDynamicConfig is passed to the dev server on top of the flags `make run` uses
 // (devserver.Server.Args, which include devserver.DynamicConfig): none, so that the bench
@@ -45,14 +48,21 @@ type options struct {
 	// BurstRate and BurstDuration shape the burst phase.
 	BurstRate     int
 	BurstDuration time.Duration
-	// Delay is the retry delay of the bench policy and the ceiling workflow's sleep.
+	// Policy names the policy the bench's queues get (policyDefault or policyFixed); Delays
+	// is that policy's wait before each retry, which the ceiling's probe sleeps too.
+	Policy string
+	Delays retryDelays
+	// Delay is the fixed policy's retry delay.
 	Delay time.Duration
-	// QuietWindow is the bench policy's quiet window.
+	// QuietWindow is the bench policy's quiet window (the default policy's own with
+	// -policy default).
 	QuietWindow time.Duration
 	// P99Target and KeepUp decide whether a step passes: p99 lateness at most P99Target and
 	// throughput at least KeepUp × the offered rate (and, for the pipeline, nothing lost).
 	P99Target time.Duration
 	KeepUp    float64
+	// MixedP99Target is the mixed phase's bound on the p99 lateness of each kind of retry.
+	MixedP99Target time.Duration
 	// StopOnFail ends a ceiling or ladder run at its first failing step.
 	StopOnFail bool
 	// DrainTimeout ends the wait for the last arrivals after a step's load once nothing new
@@ -89,6 +99,8 @@ type options struct {
 	ProbeStartDelay bool
 	// Note is free text stored in the JSON (what was changed for an A/B run).
 	Note string
+	// Flags are the flags given, as -name=value: what this run changed from the defaults.
+	Flags []string
 	// ABEnv, when set, runs each pipeline phase twice in this run: as configured (A), then
 	// with these extra service settings (B), so that a change is compared on one machine
 	// state. B's steps are named <phase>/B and stay out of the summary.
@@ -122,9 +134,11 @@ func parseConfig(args []string, stderr io.Writer) (options, error) {
 	fs.DurationVar(&c.Duration, "duration", 120*time.Second, "sustained and mixed: how long to publish")
 	fs.IntVar(&c.BurstRate, "burst-rate", 200, "burst: failed messages per second")
 	fs.DurationVar(&c.BurstDuration, "burst-duration", 30*time.Second, "burst: how long to publish")
-	fs.DurationVar(&c.Delay, "delay", time.Second, "retry delay of the bench policy, and the ceiling workflow's sleep")
-	fs.DurationVar(&c.QuietWindow, "quiet-window", 2*time.Second, "quiet window of the bench policy (0: none, the run ends at the republish)")
+	fs.StringVar(&c.Policy, "policy", policyDefault, "the bench's traffic: default (the service's default policy: its delays, jitter and quiet window, what a queue without a route gets) or fixed (-delay, no jitter, -quiet-window); the ceiling's probe sleeps the same delays")
+	fs.DurationVar(&c.Delay, "delay", time.Second, "-policy fixed: the retry delay")
+	fs.DurationVar(&c.QuietWindow, "quiet-window", 2*time.Second, "-policy fixed: the quiet window (0: none, the run ends at the republish)")
 	fs.DurationVar(&c.P99Target, "p99-target", 250*time.Millisecond, "a step passes with p99 lateness at most this")
+	fs.DurationVar(&c.MixedP99Target, "mixed-p99-target", time.Second, "mixed: passes with the p99 lateness of every kind of retry at most this")
 	fs.Float64Var(&c.KeepUp, "keep-up", 0.95, "a step passes with throughput at least this × its rate")
 	fs.BoolVar(&c.StopOnFail, "stop-on-fail", true, "end a ceiling/ladder run at its first failing step")
 	fs.DurationVar(&c.DrainTimeout, "drain-timeout", 60*time.Second, "after the load, stop waiting for the last arrivals once none has come for this long (then: lost)")
@@ -155,12 +169,26 @@ func parseConfig(args []string, stderr io.Writer) (options, error) {
 		return c, fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
 	set := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	fs.Visit(func(f *flag.Flag) {
+		set[f.Name] = true
+		c.Flags = append(c.Flags, "-"+f.Name+"="+f.Value.String())
+	})
+	var errs []error
+	switch c.Policy {
+	case policyDefault:
+		if set["delay"] || set["quiet-window"] {
+			errs = append(errs, errors.New("-delay and -quiet-window shape -policy fixed only"))
+		}
+	case policyFixed:
+	default:
+		errs = append(errs, fmt.Errorf("-policy: %q is neither %s nor %s", c.Policy, policyDefault, policyFixed))
+	}
+	pol := benchPolicyOf(c.Policy, c.Delay, c.QuietWindow)
+	c.Delays, c.QuietWindow = retryDelays{pol: pol}, pol.QuietWindow
 	if !set["step-duration"] && c.Duration < c.StepDuration {
 		c.StepDuration = c.Duration
 	}
 
-	var errs []error
 	for _, p := range strings.Split(*phases, ",") {
 		p = strings.TrimSpace(p)
 		if !slices.Contains(allPhases, p) {
@@ -212,7 +240,7 @@ func parseConfig(args []string, stderr io.Writer) (options, error) {
 	}
 	positive := map[string]time.Duration{
 		"-step-duration": c.StepDuration, "-duration": c.Duration, "-burst-duration": c.BurstDuration,
-		"-delay": c.Delay, "-p99-target": c.P99Target, "-drain-timeout": c.DrainTimeout, "-drain-limit": c.DrainLimit,
+		"-delay": c.Delay, "-p99-target": c.P99Target, "-mixed-p99-target": c.MixedP99Target, "-drain-timeout": c.DrainTimeout, "-drain-limit": c.DrainLimit,
 	}
 	for name, d := range positive {
 		if d <= 0 {

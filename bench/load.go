@@ -76,7 +76,10 @@ type arrival struct {
 
 // tracker records, per sequence number, when it was sent and when it came back.
 type tracker struct {
-	delay time.Duration
+	// delay is the nominal first delay: where the throughput window and the wait start.
+	// delayOf is message seq's own (the policy's jitter differs per message).
+	delay   time.Duration
+	delayOf func(seq int) time.Duration
 
 	mu       sync.Mutex
 	sent     map[int]time.Time
@@ -85,8 +88,13 @@ type tracker struct {
 	errors   atomic.Int64
 }
 
-func newTracker(delay time.Duration) *tracker {
-	return &tracker{delay: delay, sent: map[int]time.Time{}, got: map[int][]arrival{}}
+// newTracker tracks messages whose first retry is due delayOf(seq) after their send (nil: all
+// after delay).
+func newTracker(delay time.Duration, delayOf func(seq int) time.Duration) *tracker {
+	if delayOf == nil {
+		delayOf = func(int) time.Duration { return delay }
+	}
+	return &tracker{delay: delay, delayOf: delayOf, sent: map[int]time.Time{}, got: map[int][]arrival{}}
 }
 
 func (t *tracker) markSent(seq int, at time.Time) {
@@ -214,7 +222,12 @@ func (t *tracker) fill(s *step, start, end time.Time) {
 	from, to := start.Add(t.delay), start.Add(t.delay+window)
 	var all, during, after []time.Duration
 	var inWindow int
-	var lastArrival time.Time
+	var lastArrival, lastDue time.Time
+	for seq, at := range t.sent {
+		if due := at.Add(t.delayOf(seq)); due.After(lastDue) {
+			lastDue = due
+		}
+	}
 	for seq, arrivals := range t.got {
 		sentAt, ok := t.sent[seq]
 		if !ok {
@@ -230,7 +243,8 @@ func (t *tracker) fill(s *step, start, end time.Time) {
 			}
 		}
 		s.Completed++
-		late := first.at.Sub(sentAt.Add(t.delay))
+		due := sentAt.Add(t.delayOf(seq))
+		late := first.at.Sub(due)
 		all = append(all, late)
 		if sec := int(sentAt.Sub(start) / time.Second); sec >= 0 {
 			for len(s.MaxBySecond) <= sec {
@@ -260,8 +274,8 @@ func (t *tracker) fill(s *step, start, end time.Time) {
 	if span := lastArrival.Sub(from).Seconds(); span > 0 {
 		s.ServedRate = round(float64(s.Completed) / span)
 	}
-	if !lastSent.IsZero() {
-		s.DrainSeconds = round(max(0, lastArrival.Sub(lastSent.Add(t.delay)).Seconds()))
+	if !lastDue.IsZero() {
+		s.DrainSeconds = round(max(0, lastArrival.Sub(lastDue).Seconds()))
 	}
 }
 

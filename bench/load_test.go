@@ -5,8 +5,11 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/retry-scheduler/retry-scheduler/devserver"
+	"github.com/retry-scheduler/retry-scheduler/policy"
+	"github.com/retry-scheduler/retry-scheduler/workflows"
 )
 
 func TestSummarizeNearestRank(t *testing.T) {
@@ -24,7 +27,7 @@ func TestSummarizeNearestRank(t *testing.T) {
 func TestTrackerFill(t *testing.T) {
 	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	end := start.Add(time.Second)
-	tr := newTracker(time.Second)
+	tr := newTracker(time.Second, nil)
 	for seq := range 10 {
 		sent := start.Add(time.Duration(seq) * 100 * time.Millisecond)
 		tr.markSent(seq, sent)
@@ -70,7 +73,7 @@ func TestParseConfigDefaultsAndStepDuration(t *testing.T) {
 	assert.Equal(t, 15*time.Second, c.StepDuration, "a short -duration shortens the steps too")
 	assert.Equal(t, defaultDynamicConfig, c.DynamicConfig)
 
-	c, err = parseConfig([]string{"-dynamic-config", "a=1", "-dynamic-config", "b=2", "-step-duration", "5s", "-quiet-window", "0s"}, nil)
+	c, err = parseConfig([]string{"-policy", "fixed", "-dynamic-config", "a=1", "-dynamic-config", "b=2", "-step-duration", "5s", "-quiet-window", "0s"}, nil)
 	assert.NoError(t, err)
 	assert.Equal(t, []string{"a=1", "b=2"}, c.DynamicConfig)
 	assert.Equal(t, 5*time.Second, c.StepDuration)
@@ -81,11 +84,42 @@ func TestParseConfigDefaultsAndStepDuration(t *testing.T) {
 	assert.ErrorContains(t, err, "-steps must rise")
 }
 
+// The default traffic is the default policy's: its delays, jitter and quiet window, and the
+// scheduled time of each retry is the service's own (the jitter hashes the workflow ID).
+func TestParseConfigPolicy(t *testing.T) {
+	c, err := parseConfig(nil, nil)
+	require.NoError(t, err)
+	def := policy.Builtins()[policy.DefaultName]
+	assert.Equal(t, policyDefault, c.Policy)
+	assert.Equal(t, def.QuietWindow, c.QuietWindow)
+	assert.Equal(t, benchMaxRetries, def.MaxRetries, "the mixed phase's exhausting messages are republished benchMaxRetries times")
+	for _, id := range []string{"a", "b", "retry/q/7"} {
+		for attempt := 1; attempt <= 3; attempt++ {
+			want := def.Delay(attempt, policy.JitterFraction(workflows.JitterKey(id, 0), attempt))
+			assert.Equal(t, want, c.Delays.of(id, attempt))
+		}
+	}
+	first := c.Delays.of("a", 1)
+	assert.True(t, first >= 2*time.Second && first < 3*time.Second, "2 s plus up to 1 s of jitter: %s", first)
+	assert.NotEqual(t, c.Delays.of("a", 1), c.Delays.of("b", 1), "jitter differs per message")
+
+	c, err = parseConfig([]string{"-policy", "fixed", "-delay", "1500ms", "-quiet-window", "2s"}, nil)
+	require.NoError(t, err)
+	assert.Equal(t, 1500*time.Millisecond, c.Delays.of("a", 1))
+	assert.Equal(t, 1500*time.Millisecond, c.Delays.of("b", 3))
+	assert.Equal(t, 2*time.Second, c.QuietWindow)
+
+	_, err = parseConfig([]string{"-delay", "1s"}, nil)
+	assert.ErrorContains(t, err, "-policy fixed only")
+	_, err = parseConfig([]string{"-policy", "nope"}, nil)
+	assert.ErrorContains(t, err, `-policy: "nope"`)
+}
+
 func TestParseConfigEngineAndMixed(t *testing.T) {
 	c, err := parseConfig(nil, nil)
 	assert.NoError(t, err)
 	assert.Equal(t, devserver.EngineDev, c.Engine)
-	assert.Equal(t, []string{phaseCeiling, phaseLadder, phaseSustained, phaseBurst, phaseMixed}, c.Phases, "mixed runs last by default")
+	assert.Equal(t, []string{phaseCeiling, phaseLadder, phaseSustained, phaseSplit, phaseBurst, phaseMixed}, c.Phases, "mixed runs last by default")
 	assert.Equal(t, []load{{rate: 50, duration: 120 * time.Second}}, phaseLoads(c, phaseMixed), "at -rate for -duration")
 
 	c, err = parseConfig([]string{"-engine", "postgres", "-phases", "mixed,ceiling"}, nil)

@@ -144,7 +144,7 @@ func phaseLoads(c options, phase string) []load {
 			loads[i] = load{rate: r, duration: c.StepDuration}
 		}
 		return loads
-	case phaseSustained, phaseMixed:
+	case phaseSustained, phaseSplit, phaseMixed:
 		return []load{{rate: c.Rate, duration: c.Duration}}
 	case phaseBurst:
 		return []load{{rate: c.BurstRate, duration: c.BurstDuration}}

@@ -98,12 +98,15 @@ func (f fate) reportAfter(quietWindow time.Duration) time.Duration {
 func retryKind(f fate, n int) string {
 	switch {
 	case n <= 1:
-		return "first"
+		return retryKinds[0]
 	case f == fateRefailLate:
-		return "later_new_run"
+		return retryKinds[2]
 	}
-	return "later_same_run"
+	return retryKinds[1]
 }
+
+// retryKinds are retryKind's names, in the order the report lists them.
+var retryKinds = []string{"first", "later_same_run", "later_new_run"}
 
 // attempt is retry n (x-retry-count) of message seq.
 type attempt struct{ seq, n int }
@@ -117,7 +120,10 @@ type deadLetter struct {
 // mixedTracker is the mixed phase's bookkeeping: when each message was sent, when each of its
 // failures was reported, when each retry arrived, and which messages were dead-lettered.
 type mixedTracker struct {
-	delay time.Duration
+	// delay is the nominal first delay (where windows and waits start); delayOf(seq, n) is
+	// retry n of message seq's own, counted from the failure it answers.
+	delay   time.Duration
+	delayOf func(seq, n int) time.Duration
 
 	mu      sync.Mutex
 	sent    map[int]time.Time
@@ -133,9 +139,14 @@ type mixedTracker struct {
 	progress     atomic.Int64
 }
 
-func newMixedTracker(delay time.Duration) *mixedTracker {
+// newMixedTracker tracks messages whose retry n is due delayOf(seq, n) after the failure it
+// answers (nil: delay for every retry).
+func newMixedTracker(delay time.Duration, delayOf func(seq, n int) time.Duration) *mixedTracker {
+	if delayOf == nil {
+		delayOf = func(int, int) time.Duration { return delay }
+	}
 	return &mixedTracker{
-		delay: delay, sent: map[int]time.Time{}, reports: map[attempt]time.Time{},
+		delay: delay, delayOf: delayOf, sent: map[int]time.Time{}, reports: map[attempt]time.Time{},
 		got: map[attempt][]arrival{}, dead: map[int][]deadLetter{}, ended: map[int]bool{},
 	}
 }
@@ -354,14 +365,14 @@ func (t *mixedTracker) fill(s *step, start, end time.Time, quietWindow time.Dura
 			m.UnexpectedRetries++
 			continue
 		}
-		due := sentAt.Add(t.delay)
+		due := sentAt.Add(t.delayOf(k.seq, 1))
 		if k.n > 1 {
 			reported, ok := t.reports[attempt{k.seq, k.n - 1}]
 			if !ok {
 				m.UnexpectedRetries++ // a retry no report of the bench asked for
 				continue
 			}
-			due = reported.Add(t.delay)
+			due = reported.Add(t.delayOf(k.seq, k.n))
 		}
 		s.Completed++
 		kind := retryKind(f, k.n)
@@ -444,13 +455,15 @@ func (t *mixedTracker) fill(s *step, start, end time.Time, quietWindow time.Dura
 	return m
 }
 
-// judgeMixed sets s.Pass and s.Why for the mixed phase: p99 lateness over every retry within
-// the target and every message accounted for. Throughput is reported, not judged: the phase
-// offers more retries than messages.
+// judgeMixed sets s.Pass and s.Why for the mixed phase: the p99 lateness of each kind of
+// retry within the mixed target and every message accounted for. Throughput is reported, not
+// judged: the phase offers more retries than messages.
 func judgeMixed(s *step, m *mixedStats, c options) {
 	var why []string
-	if s.Lateness.P99 > ms(c.P99Target) {
-		why = append(why, "p99 over target")
+	for _, kind := range retryKinds {
+		if l, ok := m.Lateness[kind]; ok && l.P99 > ms(c.MixedP99Target) {
+			why = append(why, "p99 over target ("+kind+")")
+		}
 	}
 	if s.Lost > 0 {
 		why = append(why, "lost")
@@ -493,7 +506,9 @@ const mixedReporters = 8
 // with the scheduler does, and takes the dead letters off the step's dead-letter queue. It
 // waits until every message has ended (or the drain wait runs out), then the quiet window.
 func (p *pipeline) runMixed(ctx context.Context, phase, name, original string, l load) (step, error) {
-	t := newMixedTracker(p.c.Delay)
+	t := newMixedTracker(p.c.Delays.nominal(), func(seq, n int) time.Duration {
+		return p.c.Delays.of(message.WorkflowID(original, name+"-"+strconv.Itoa(seq)), n)
+	})
 	cctx, stopConsumers := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	defer func() { stopConsumers(); wg.Wait() }()
@@ -573,7 +588,7 @@ func (p *pipeline) runMixed(ctx context.Context, phase, name, original string, l
 	})
 	// A message's last retry can come up to (quiet window + 1 s + delay) × its failures after
 	// its first: the drain limit is counted from the end of the load as for the other phases.
-	t.waitAll(ctx, p.c.DrainTimeout, p.c.Delay+p.c.DrainLimit)
+	t.waitAll(ctx, p.c.DrainTimeout, p.c.Delays.nominal()+p.c.DrainLimit)
 	sleep(ctx, p.c.QuietWindow+time.Second)
 
 	s := step{Phase: phase, Rate: l.rate, PeakIngressBacklog: backlog.get()}

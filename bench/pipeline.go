@@ -27,14 +27,17 @@ type load struct {
 	duration time.Duration
 }
 
-// pipeline is the whole product under load: the service (`all` mode: bridge, worker with
-// eager start, ops) in a child process, fed RetryMessages on its ingress queue, and a consumer
-// on each step's original queue that records every republished message.
+// pipeline is the whole product under load: the service in child processes (one `all`
+// process: bridge, worker with eager start, ops; or for the split phase a `bridge` and a
+// `worker` process, as the Kubernetes base deploys them), fed RetryMessages on its ingress
+// queue, and a consumer on each step's original queue that records every republished message.
 type pipeline struct {
-	c       options
-	env     *environment
-	srv     *server
-	svc     *proc.Process
+	c   options
+	env *environment
+	srv *server
+	// svcs are the service's processes by role: "worker" (the all process, or the worker)
+	// and, in the split layout, "bridge".
+	svcs    map[string]*proc.Process
 	bcfg    broker.Config
 	pub     *broker.Publisher
 	ingress string
@@ -87,30 +90,40 @@ func (p *pipeline) start(ctx context.Context, phase string) error {
 	if p.srv, err = p.env.startServer(ctx); err != nil {
 		return err
 	}
-	policyFile := filepath.Join(p.env.dir, phase+"-policies.yaml")
-	if err := os.WriteFile(policyFile, []byte(benchPolicy(p.env.prefix, p.c)), 0o600); err != nil {
-		return fmt.Errorf("%s: policy file: %w", phase, err)
-	}
-	port, err := devserver.FreePort()
-	if err != nil {
-		return err
-	}
-	httpAddr := "127.0.0.1:" + strconv.Itoa(port)
-	args := []string{
-		config.ModeAll,
+	common := []string{
 		"-rabbitmq-url", p.c.RabbitMQURL,
 		"-temporal-address", p.srv.Address,
 		"-namespace", p.srv.Namespace,
 		"-task-queue", p.env.prefix + "-" + phase,
 		"-retry-queue", p.ingress,
 		"-manual-review-queue", p.dlq,
-		"-policy-file", policyFile,
-		"-http-addr", httpAddr,
 		"-log-level", p.c.ServiceLogLevel,
 	}
-	logFile := filepath.Join(p.env.dir, phase+"-service.log")
-	if p.svc, err = startService(ctx, args, p.c.ServiceEnv, httpAddr, logFile); err != nil {
-		return fmt.Errorf("%s: %w", phase, err)
+	if p.c.Policy == policyFixed {
+		policyFile := filepath.Join(p.env.dir, phase+"-policies.yaml")
+		if err := os.WriteFile(policyFile, []byte(benchPolicy(p.env.prefix, p.c)), 0o600); err != nil {
+			return fmt.Errorf("%s: policy file: %w", phase, err)
+		}
+		common = append(common, "-policy-file", policyFile)
+	}
+	roles := map[string]string{"worker": config.ModeAll}
+	if phase == phaseSplit {
+		roles = map[string]string{"worker": config.ModeWorker, "bridge": config.ModeBridge}
+	}
+	p.svcs = map[string]*proc.Process{}
+	for role, mode := range roles {
+		port, err := devserver.FreePort()
+		if err != nil {
+			return err
+		}
+		httpAddr := "127.0.0.1:" + strconv.Itoa(port)
+		args := append([]string{mode, "-http-addr", httpAddr}, common...)
+		logFile := filepath.Join(p.env.dir, phase+"-"+role+".log")
+		svc, err := startService(ctx, args, p.c.ServiceEnv, httpAddr, logFile)
+		if err != nil {
+			return fmt.Errorf("%s: %s: %w", phase, mode, err)
+		}
+		p.svcs[role] = svc
 	}
 	p.pub = broker.NewPublisher(p.bcfg, p.env.quiet)
 	return nil
@@ -120,9 +133,9 @@ func (p *pipeline) start(ctx context.Context, phase string) error {
 // are republished this many times, and dead-lettered at their next failure.
 const benchMaxRetries = 3
 
-// benchPolicy routes the bench's original queues to one fixed delay without jitter, for every
-// attempt (a schedule's last delay repeats), so that each retry's scheduled time is the send
-// time of the message, or of the failure report it answers, plus the delay.
+// benchPolicy is the service's policy file for -policy fixed: the bench's queues routed to
+// one delay without jitter for every attempt (a schedule's last delay repeats). With -policy
+// default the service has no policy file: its queues get the default policy.
 func benchPolicy(prefix string, c options) string {
 	return fmt.Sprintf(`policies:
   bench:
@@ -140,9 +153,9 @@ func (p *pipeline) close() {
 	if p.pub != nil {
 		_ = p.pub.Close()
 	}
-	if p.svc != nil {
-		if err := p.svc.Stop(serviceStopGrace); err != nil {
-			p.env.log.Warn("stop service", "error", err)
+	for role, svc := range p.svcs {
+		if err := svc.Stop(serviceStopGrace); err != nil {
+			p.env.log.Warn("stop service", "role", role, "error", err)
 		}
 	}
 	if p.srv != nil {
@@ -165,7 +178,9 @@ func (p *pipeline) run(ctx context.Context, phase string, i int, l load) (step, 
 		return p.runMixed(ctx, phase, name, original, l)
 	}
 
-	t := newTracker(p.c.Delay)
+	t := newTracker(p.c.Delays.nominal(), func(seq int) time.Duration {
+		return p.c.Delays.of(message.WorkflowID(original, name+"-"+strconv.Itoa(seq)), 1)
+	})
 	cctx, stopConsumer := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	consuming := make(chan struct{})
@@ -192,7 +207,7 @@ func (p *pipeline) run(ctx context.Context, phase string, i int, l load) (step, 
 	start, end := pace(ctx, l.rate, l.duration, p.c.Publishers, func(ctx context.Context, seq int) {
 		p.send(ctx, original, name, seq, t)
 	})
-	t.waitAll(ctx, p.c.DrainTimeout, p.c.Delay+p.c.DrainLimit)
+	t.waitAll(ctx, p.c.DrainTimeout, p.c.Delays.nominal()+p.c.DrainLimit)
 	sleep(ctx, p.c.QuietWindow+time.Second)
 
 	s := step{Phase: phase, Rate: l.rate, PeakIngressBacklog: backlog.get()}
@@ -223,7 +238,11 @@ func (p *pipeline) run(ctx context.Context, phase string, i int, l load) (step, 
 // cpuMeter measures the step's CPU: the Temporal server, the service, the bench, and on the
 // postgres engine the database backends.
 func (p *pipeline) cpuMeter() *cpuMeter {
-	return newCPUMeter(map[string]int{"server": p.srv.Pid(), "worker": p.svc.Pid(), "bench": os.Getpid()}, p.srv.cpuGroups())
+	pids := map[string]int{"server": p.srv.Pid(), "bench": os.Getpid()}
+	for role, svc := range p.svcs {
+		pids[role] = svc.Pid()
+	}
+	return newCPUMeter(pids, p.srv.cpuGroups())
 }
 
 // awaitConsumer waits until a consumer is attached (consuming closed), at most 30 s.

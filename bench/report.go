@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/retry-scheduler/retry-scheduler/devserver"
+	"github.com/retry-scheduler/retry-scheduler/internal/checkout"
 )
 
 // report is the JSON written under bench/results and the source of the table.
@@ -24,10 +25,18 @@ type report struct {
 	Finished    time.Time `json:"finished"`
 	Interrupted bool      `json:"interrupted,omitempty"`
 	Note        string    `json:"note,omitempty"`
+	Build       build     `json:"build"`
 	Machine     machine   `json:"machine"`
 	Settings    settings  `json:"settings"`
 	Steps       []step    `json:"steps"`
 	Summary     summary   `json:"summary"`
+}
+
+// build is the code a run measured: the checkout's commit and whether tracked files differed
+// from it (a dirty run's figures belong to no commit).
+type build struct {
+	Commit string `json:"commit"`
+	Dirty  bool   `json:"dirty"`
 }
 
 type machine struct {
@@ -46,6 +55,11 @@ type settings struct {
 	// Engine is the Temporal server's engine: dev (the CLI's dev server, SQLite) or postgres.
 	Engine        string   `json:"engine"`
 	Phases        []string `json:"phases"`
+	// Policy is the bench's traffic: the default policy or a fixed delay (DelayMs).
+	Policy string `json:"policy"`
+	// Flags are the flags this run was given: every setting that differs from the defaults,
+	// with ServiceEnv, ABEnv and DynamicConfig.
+	Flags         []string `json:"flags"`
 	Steps         []int    `json:"steps_per_s"`
 	StepSeconds   float64  `json:"step_seconds"`
 	Rate          int      `json:"sustained_rate_per_s"`
@@ -55,6 +69,7 @@ type settings struct {
 	DelayMs       float64  `json:"delay_ms"`
 	QuietWindowMs float64  `json:"quiet_window_ms"`
 	P99TargetMs   float64  `json:"p99_target_ms"`
+	MixedP99Ms    float64  `json:"mixed_p99_target_ms"`
 	KeepUp        float64  `json:"keep_up"`
 	// DynamicConfig is the dev server's: devserver.DynamicConfig, then -dynamic-config.
 	DynamicConfig []string `json:"dynamic_config"`
@@ -77,6 +92,7 @@ type summary struct {
 	Ratio float64 `json:"ratio_pipeline_to_ceiling"`
 	// Sustained and Burst repeat those phases' verdicts.
 	SustainedPass *bool    `json:"sustained_pass,omitempty"`
+	SplitPass     *bool    `json:"split_pass,omitempty"`
 	BurstDrainS   *float64 `json:"burst_drain_seconds,omitempty"`
 	BurstLost     *int     `json:"burst_lost,omitempty"`
 	// MixedPass is the mixed phase's verdict (it is not a pipeline rate).
@@ -84,9 +100,11 @@ type summary struct {
 }
 
 func newReport(c options) *report {
+	commit, dirty := checkout.Describe()
 	return &report{
 		Started: time.Now().UTC(),
 		Note:    c.Note,
+		Build:   build{Commit: commit, Dirty: dirty},
 		Machine: machine{
 			CPUModel:       cpuModel(),
 			Cores:          runtime.NumCPU(),
@@ -98,9 +116,9 @@ func newReport(c options) *report {
 		},
 		Settings: settings{
 			Engine: string(c.Engine),
-			Phases: c.Phases, Steps: c.Steps, StepSeconds: c.StepDuration.Seconds(),
+			Phases: c.Phases, Policy: c.Policy, Flags: c.Flags, Steps: c.Steps, StepSeconds: c.StepDuration.Seconds(),
 			Rate: c.Rate, Seconds: c.Duration.Seconds(), BurstRate: c.BurstRate, BurstSeconds: c.BurstDuration.Seconds(),
-			DelayMs: ms(c.Delay), QuietWindowMs: ms(c.QuietWindow), P99TargetMs: ms(c.P99Target), KeepUp: c.KeepUp,
+			DelayMs: ms(c.Delays.nominal()), QuietWindowMs: ms(c.QuietWindow), P99TargetMs: ms(c.P99Target), MixedP99Ms: ms(c.MixedP99Target), KeepUp: c.KeepUp,
 			DynamicConfig: append(slices.Clone(devserver.DynamicConfig), c.DynamicConfig...), SQLitePragmas: c.SQLitePragmas, ServiceEnv: c.ServiceEnv, ServiceLog: c.ServiceLogLevel,
 		},
 	}
@@ -133,6 +151,8 @@ func (r *report) finish(interrupted bool) {
 			if ladderSteps == 0 && s.Pass {
 				sum.PipelineRate, sum.PipelineSource = s.Rate, "sustained (lower bound)"
 			}
+		case phaseSplit:
+			sum.SplitPass = &s.Pass
 		case phaseBurst:
 			sum.BurstDrainS, sum.BurstLost = &s.DrainSeconds, &s.Lost
 		case phaseMixed:
@@ -152,10 +172,18 @@ func (r *report) printTable(w io.Writer) {
 	if r.Settings.Engine != "postgres" {
 		server += " (CLI " + m.TemporalCLI + ")"
 	}
-	fmt.Fprintf(w, "\nretry-scheduler bench %s, engine %s: %s; %s, %d cores, %s; load avg %s → %s\n",
-		r.Started.Format(time.RFC3339), r.Settings.Engine, server, m.CPUModel, m.Cores, m.GoVersion, m.LoadAvgStart, m.LoadAvgFinish)
-	fmt.Fprintf(w, "lateness = completion − (send + %s); pass = p99 ≤ %s ms, throughput ≥ %.0f%% of rate, nothing lost\n\n",
-		time.Duration(r.Settings.DelayMs*float64(time.Millisecond)), fmtF(r.Settings.P99TargetMs), r.Settings.KeepUp*100)
+	commit := r.Build.Commit
+	if r.Build.Dirty {
+		commit += " (dirty: uncommitted changes)"
+	}
+	fmt.Fprintf(w, "\nretry-scheduler bench %s at %s, engine %s: %s; %s, %d cores, %s; load avg %s → %s\n",
+		r.Started.Format(time.RFC3339), commit, r.Settings.Engine, server, m.CPUModel, m.Cores, m.GoVersion, m.LoadAvgStart, m.LoadAvgFinish)
+	scheduled := "the default policy's delay for that message and attempt (backoff + its jitter)"
+	if r.Settings.Policy == policyFixed {
+		scheduled = time.Duration(r.Settings.DelayMs * float64(time.Millisecond)).String()
+	}
+	fmt.Fprintf(w, "lateness = completion − (send or failure report + %s); pass = p99 ≤ %s ms, throughput ≥ %.0f%% of rate, nothing lost\n\n",
+		scheduled, fmtF(r.Settings.P99TargetMs), r.Settings.KeepUp*100)
 	db := slices.ContainsFunc(r.Steps, func(s step) bool { _, ok := s.CPU["db"]; return ok })
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	header := "phase\trate/s\tload s\tsent\tdone\tthru/s\tp50 ms\tp99 ms\tmax ms\tdrain s\tlost\tdup\tsrv cpu ms/retry\t"
@@ -175,7 +203,7 @@ func (r *report) printTable(w io.Writer) {
 		if db {
 			row += cpuCell(s, "db") + "\t"
 		}
-		row += fmt.Sprintf("%s\t%s\t%s\t%s\t%s\t", cpuCell(s, "worker"), fmtF(s.OthersBusyCores), engineCell(s), dbOpsCell(s), pass)
+		row += fmt.Sprintf("%s\t%s\t%s\t%s\t%s\t", serviceCPUCell(s), fmtF(s.OthersBusyCores), engineCell(s), dbOpsCell(s), pass)
 		fmt.Fprintln(tw, row)
 	}
 	tw.Flush()
@@ -209,7 +237,7 @@ func (r *report) printTable(w io.Writer) {
 	}
 	fmt.Fprintf(w, "ceiling (bare engine): %s; pipeline: %s; ratio pipeline/ceiling: %s\n", ceiling, pipeline, ratio)
 	fmt.Fprintln(w, "others cores: CPU used meanwhile by everything else (broker included), in cores; above ~0.3 the run was noisy")
-	fmt.Fprintln(w, "wkr cpu: the bench process for ceiling rows (probe worker + starter), the service process (bridge + worker) for the others")
+	fmt.Fprintln(w, "wkr cpu: the bench process for ceiling rows (probe worker + starter), the service's processes for the others (split: bridge and worker apart, no eager start)")
 	fmt.Fprintln(w, "ev/wft/vis: history events, completed workflow tasks (from a sample of histories) and visibility writes (server metrics) per retry; db ops: the server's persistence requests per retry (idle work included)")
 	if slices.ContainsFunc(r.Steps, func(s step) bool { _, ok := s.CPU["db"]; return ok }) {
 		fmt.Fprintln(w, "db cpu: the PostgreSQL backends connected to the step's two databases (shared background processes count under others)")
@@ -233,6 +261,19 @@ func dupCell(s step) string {
 		return fmt.Sprintf("%d+%d!", s.DuplicatesSameKey, s.DuplicatesOtherKey)
 	}
 	return fmt.Sprint(s.DuplicatesSameKey)
+}
+
+// serviceCPUCell is the service's CPU per retry: its one process, or bridge and worker summed
+// in the split layout.
+func serviceCPUCell(s step) string {
+	w, ok := s.CPUPerRetry["worker"]
+	if !ok {
+		return "-"
+	}
+	if b, ok := s.CPUPerRetry["bridge"]; ok {
+		return fmtF(round(w+b)) + " (" + fmtF(b) + " bridge)"
+	}
+	return fmtF(w)
 }
 
 func cpuCell(s step, k string) string {

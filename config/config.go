@@ -134,17 +134,18 @@ type Config struct {
 	// -publish-timeout (durations, e.g. 10s). Defaults to broker.DefaultPublishTimeout.
 	PublishTimeout time.Duration
 	// StartDelayMax is the longest first retry delay a new message's workflow waits as its
-	// start delay (one workflow task fewer per retry) rather than as a timer: signals do not
-	// end a start delay, so operators cannot act on the message before it. Env
+	// start delay (one workflow task fewer per retry) rather than as a timer: Updates are
+	// refused before the first task, and the run is not listed as scheduled until then. Env
 	// START_DELAY_MAX, flag -start-delay-max. Defaults to DefaultStartDelayMax; 0 never
 	// delays a start.
 	StartDelayMax time.Duration
 	// BridgeHoldMax is the longest first retry delay the bridge waits out itself, holding
 	// the delivery unacked, before it starts the message's workflow, which then republishes
 	// in its first workflow task: the bare engine's cost per retry. Longer first delays go
-	// to StartDelayMax. Operators see the message in Temporal only once the delay is over.
-	// Env BRIDGE_HOLD_MAX, flag -bridge-hold-max. Defaults to DefaultBridgeHoldMax; 0 never
-	// holds.
+	// to StartDelayMax. Operators see the message in Temporal only once the delay is over,
+	// and it costs unacked deliveries: up to (report rate × BridgeHoldMax), within Prefetch
+	// and BridgeMemoryBudget. Env BRIDGE_HOLD_MAX, flag -bridge-hold-max. Defaults to
+	// DefaultBridgeHoldMax; 0 never holds.
 	BridgeHoldMax time.Duration
 	// WorkerStopTimeout is how long a stopping worker lets activities finish; it must
 	// exceed PublishTimeout. Env WORKER_STOP_TIMEOUT, flag -worker-stop-timeout.
@@ -290,12 +291,12 @@ type Config struct {
 const (
 	DefaultHTTPPort        = 8086
 	DefaultTemporalAddress = "127.0.0.1:7233"
-	// DefaultStartDelayMax keeps the window in which operators cannot act on a new message
-	// (signals do not end a start delay) short.
-	DefaultStartDelayMax = 10 * time.Second
-	// DefaultBridgeHoldMax covers the default policy's first delay (BASE_DELAY_MS) and keeps
-	// the unacked deliveries a bridge holds within its prefetch at a hundred reports a second.
-	DefaultBridgeHoldMax   = 2 * time.Second
+	// DefaultStartDelayMax and DefaultBridgeHoldMax are 0: every wait, the first included,
+	// is a timer of a run started at once (eagerly, with a worker in the process), which
+	// takes operator signals and Updates throughout; that is the bare engine's shape
+	// (docs/performance.md has the figures of the levers).
+	DefaultStartDelayMax   = 0
+	DefaultBridgeHoldMax   = 0
 	DefaultServiceName     = "retry-scheduler"
 	DefaultLogLevel        = "info"
 	DefaultMetricsInterval = 15 * time.Second

@@ -187,6 +187,8 @@ func TestPoisonAndOversizeAreDeadLettered(t *testing.T) {
 func TestWorkerKilledWhileRetryWaits(t *testing.T) {
 	s := newStack(t)
 	bin := buildBinary(t)
+	// The start-delay lever (off by default): its runs must survive a killed worker too.
+	s.cfg.StartDelayMax = 10 * time.Second
 	s.run("bridge")
 	orders := s.queue(s.prefix+".slow-orders", nil) // routed to the 4 s policy
 	c := s.consume(orders, nil)
