@@ -53,8 +53,8 @@ type machine struct {
 
 type settings struct {
 	// Engine is the Temporal server's engine: dev (the CLI's dev server, SQLite) or postgres.
-	Engine        string   `json:"engine"`
-	Phases        []string `json:"phases"`
+	Engine string   `json:"engine"`
+	Phases []string `json:"phases"`
 	// Policy is the bench's traffic: the default policy or a fixed delay (DelayMs).
 	Policy string `json:"policy"`
 	// Flags are the flags this run was given: every setting that differs from the defaults,
