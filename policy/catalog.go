@@ -66,8 +66,9 @@ type Catalog struct {
 	Default  string            `json:"default"`
 	Policies map[string]Policy `json:"policies"`
 	Routes   []Route           `json:"routes,omitempty"`
-	// Rules classify failures in order, first match wins (RuleCategory).
-	Rules []Rule `json:"rules,omitempty"`
+	// CategoryRules are the policy file's rules: tried in order before the built-in
+	// classification, the first match wins (RuleCategory).
+	CategoryRules []CategoryRule `json:"rules,omitempty"`
 	// Destinations are where the scheduler may republish; the zero value is the secure
 	// default (see Destinations).
 	Destinations Destinations `json:"destinations,omitzero"`
@@ -125,7 +126,7 @@ func (c *Catalog) Validate() error {
 			errs = append(errs, fmt.Errorf("%s: unknown policy %q", where, r.Policy))
 		}
 	}
-	for i, r := range c.Rules {
+	for i, r := range c.CategoryRules {
 		if err := r.validate(); err != nil {
 			errs = append(errs, fmt.Errorf("classification %s: %w", r.label(i), err))
 		}

@@ -109,10 +109,10 @@ type fileRule struct {
 	Category     string     `yaml:"category"`
 }
 
-// rule compiles the file's rule, its regular expression once, here; the Rule carries the
+// rule compiles the file's rule, its regular expression once, here; the CategoryRule carries the
 // name even when it returns an error, for the error's label.
-func (fr fileRule) rule() (Rule, error) {
-	r := Rule{
+func (fr fileRule) rule() (CategoryRule, error) {
+	r := CategoryRule{
 		Name: fr.Name, Service: fr.Service, EventType: fr.EventType, Queue: fr.Queue,
 		ErrorCode: fr.ErrorCode, ErrorType: fr.ErrorType, Reason: fr.Reason,
 	}
@@ -237,7 +237,7 @@ func Parse(data []byte) (*Catalog, error) {
 			errs = append(errs, fmt.Errorf("classification %s: %w", r.label(i), err))
 			continue
 		}
-		c.Rules = append(c.Rules, r)
+		c.CategoryRules = append(c.CategoryRules, r)
 	}
 	c.Destinations = f.Destinations
 	if len(errs) == 0 {

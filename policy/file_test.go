@@ -71,7 +71,7 @@ func TestParseExampleFile(t *testing.T) {
 		{Queue: "email.[a-z]*", Policy: EmailName},
 		{Service: "billing-svc", EventType: "invoice.*", Policy: PatientName},
 	}, c.Routes)
-	assert.Len(t, c.Rules, 8, "the file's classification rules (TestExampleFileClassifies)")
+	assert.Len(t, c.CategoryRules, 8, "the file's classification rules (TestExampleFileClassifies)")
 
 	p, dlq, note := c.Resolve("billing.refunds", "")
 	assert.Equal(t, CriticalName, p.Name)

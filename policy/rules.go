@@ -20,10 +20,10 @@ type Origin struct {
 	EventType string
 }
 
-// Rule puts the failures it matches in Category. Every field given must match (an empty
+// CategoryRule puts the failures it matches in Category. Every field given must match (an empty
 // field or list matches anything); within a list, any item may match. The catalog's rules
 // are tried in order before the built-in tree (Classify), and the first match wins.
-type Rule struct {
+type CategoryRule struct {
 	// Name labels the rule in notes and errors; optional.
 	Name string `json:"name,omitempty"`
 	// Service, EventType and Queue are path.Match globs on the failure's Origin.
@@ -81,7 +81,7 @@ func (r StatusRange) validate() error {
 func (r StatusRange) contains(status int) bool { return status >= r.Min && status <= r.Max }
 
 // label names the rule for notes and errors: its position (1-based) and its name if any.
-func (r Rule) label(i int) string {
+func (r CategoryRule) label(i int) string {
 	if r.Name != "" {
 		return fmt.Sprintf("rule %d (%q)", i+1, r.Name)
 	}
@@ -90,7 +90,7 @@ func (r Rule) label(i int) string {
 
 // validate refuses a rule that could never be meant: one matching everything, an unknown
 // category, a malformed glob or status range.
-func (r Rule) validate() error {
+func (r CategoryRule) validate() error {
 	var errs []error
 	if c, ok := ParseCategory(string(r.Category)); !ok || c != r.Category {
 		errs = append(errs, fmt.Errorf("category %q is not one of %s", r.Category, categoryList()))
@@ -128,7 +128,7 @@ func (r Rule) validate() error {
 
 // matches reports whether the rule matches failure f, with the reporter's exception class
 // errorType, from origin o.
-func (r Rule) matches(o Origin, f Failure, errorType string) bool {
+func (r CategoryRule) matches(o Origin, f Failure, errorType string) bool {
 	if !globMatch(r.Service, o.Service) || !globMatch(r.EventType, o.EventType) || !globMatch(r.Queue, o.Queue) {
 		return false
 	}
@@ -183,7 +183,7 @@ func (c *Catalog) RuleCategory(o Origin, f Failure, errorType string) (cat Categ
 	if _, named := ParseCategory(f.Category); named {
 		return "", "", false
 	}
-	for i, r := range c.Rules {
+	for i, r := range c.CategoryRules {
 		if r.matches(o, f, errorType) {
 			return r.Category, r.label(i), true
 		}

@@ -53,28 +53,28 @@ func TestRuleMatches(t *testing.T) {
 	from := Origin{Queue: "billing.invoices", Service: "billing-svc", EventType: "invoice.created"}
 	for _, tt := range []struct {
 		name      string
-		rule      Rule
+		rule      CategoryRule
 		failure   Failure
 		errorType string
 		want      bool
 	}{
-		{"service glob", Rule{Service: "billing-*"}, Failure{}, "", true},
-		{"service glob misses", Rule{Service: "orders"}, Failure{}, "", false},
-		{"event type glob", Rule{EventType: "invoice.*"}, Failure{}, "", true},
-		{"queue glob misses", Rule{Queue: "orders.*"}, Failure{}, "", false},
-		{"status class", Rule{HTTPStatus: []StatusRange{{400, 499}}}, Failure{HTTPStatus: 418}, "", true},
-		{"status outside", Rule{HTTPStatus: []StatusRange{{400, 499}}}, Failure{HTTPStatus: 500}, "", false},
-		{"no status given", Rule{HTTPStatus: []StatusRange{{400, 499}}}, Failure{}, "", false},
-		{"any status of the list", Rule{HTTPStatus: []StatusRange{{409, 409}, {422, 422}}}, Failure{HTTPStatus: 422}, "", true},
-		{"error code ignores case and space", Rule{ErrorCode: []string{"econnreset"}}, Failure{ErrorCode: " ECONNRESET"}, "", true},
-		{"error code is exact", Rule{ErrorCode: []string{"ECONN"}}, Failure{ErrorCode: "ECONNRESET"}, "", false},
-		{"error type glob", Rule{ErrorType: []string{"*.TimeoutException"}}, Failure{}, "System.TimeoutException", true},
-		{"error type glob misses", Rule{ErrorType: []string{"*.TimeoutException"}}, Failure{}, "System.IOException", false},
-		{"reason substring ignores case", Rule{Reason: []string{"Bad UUID"}}, Failure{Reason: "field id: bad uuid"}, "", true},
-		{"reason regexp", Rule{ReasonRegexp: regexp.MustCompile(`^deadlock`)}, Failure{Reason: "deadlock detected"}, "", true},
-		{"reason regexp is as written", Rule{ReasonRegexp: regexp.MustCompile(`^deadlock`)}, Failure{Reason: "a deadlock"}, "", false},
-		{"every field must match", Rule{Service: "billing-svc", HTTPStatus: []StatusRange{{500, 500}}}, Failure{HTTPStatus: 503}, "", false},
-		{"every field matches", Rule{Service: "billing-svc", Reason: []string{"quota"}}, Failure{Reason: "quota hit"}, "", true},
+		{"service glob", CategoryRule{Service: "billing-*"}, Failure{}, "", true},
+		{"service glob misses", CategoryRule{Service: "orders"}, Failure{}, "", false},
+		{"event type glob", CategoryRule{EventType: "invoice.*"}, Failure{}, "", true},
+		{"queue glob misses", CategoryRule{Queue: "orders.*"}, Failure{}, "", false},
+		{"status class", CategoryRule{HTTPStatus: []StatusRange{{400, 499}}}, Failure{HTTPStatus: 418}, "", true},
+		{"status outside", CategoryRule{HTTPStatus: []StatusRange{{400, 499}}}, Failure{HTTPStatus: 500}, "", false},
+		{"no status given", CategoryRule{HTTPStatus: []StatusRange{{400, 499}}}, Failure{}, "", false},
+		{"any status of the list", CategoryRule{HTTPStatus: []StatusRange{{409, 409}, {422, 422}}}, Failure{HTTPStatus: 422}, "", true},
+		{"error code ignores case and space", CategoryRule{ErrorCode: []string{"econnreset"}}, Failure{ErrorCode: " ECONNRESET"}, "", true},
+		{"error code is exact", CategoryRule{ErrorCode: []string{"ECONN"}}, Failure{ErrorCode: "ECONNRESET"}, "", false},
+		{"error type glob", CategoryRule{ErrorType: []string{"*.TimeoutException"}}, Failure{}, "System.TimeoutException", true},
+		{"error type glob misses", CategoryRule{ErrorType: []string{"*.TimeoutException"}}, Failure{}, "System.IOException", false},
+		{"reason substring ignores case", CategoryRule{Reason: []string{"Bad UUID"}}, Failure{Reason: "field id: bad uuid"}, "", true},
+		{"reason regexp", CategoryRule{ReasonRegexp: regexp.MustCompile(`^deadlock`)}, Failure{Reason: "deadlock detected"}, "", true},
+		{"reason regexp is as written", CategoryRule{ReasonRegexp: regexp.MustCompile(`^deadlock`)}, Failure{Reason: "a deadlock"}, "", false},
+		{"every field must match", CategoryRule{Service: "billing-svc", HTTPStatus: []StatusRange{{500, 500}}}, Failure{HTTPStatus: 503}, "", false},
+		{"every field matches", CategoryRule{Service: "billing-svc", Reason: []string{"quota"}}, Failure{Reason: "quota hit"}, "", true},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			assert.Equal(t, tt.want, tt.rule.matches(from, tt.failure, tt.errorType))
@@ -84,7 +84,7 @@ func TestRuleMatches(t *testing.T) {
 
 func TestRuleCategoryFirstMatchWins(t *testing.T) {
 	c := NewCatalog()
-	c.Rules = []Rule{
+	c.CategoryRules = []CategoryRule{
 		{Name: "teapots", HTTPStatus: []StatusRange{{418, 418}}, Category: Transient},
 		{HTTPStatus: []StatusRange{{400, 499}}, Category: Permanent},
 	}
@@ -163,8 +163,8 @@ rules:
     category: Rate_Limited
 `))
 	require.NoError(t, err)
-	require.Len(t, c.Rules, 1)
-	r := c.Rules[0]
+	require.Len(t, c.CategoryRules, 1)
+	r := c.CategoryRules[0]
 	assert.Equal(t, RateLimited, r.Category, "any accepted spelling, stored as the category")
 	assert.Equal(t, []StatusRange{{404, 404}, {500, 599}, {520, 530}}, r.HTTPStatus)
 	assert.Equal(t, []string{"E1"}, r.ErrorCode, "one item without brackets")
@@ -172,7 +172,7 @@ rules:
 	assert.Equal(t, "(?i)^time", r.ReasonRegexp.String())
 
 	// The catalog as JSON (what ops shows) carries the rules, the regexp as text.
-	b, err := json.Marshal(c.Rules)
+	b, err := json.Marshal(c.CategoryRules)
 	require.NoError(t, err)
 	assert.Contains(t, string(b), `"reason_regexp":"(?i)^time"`)
 	assert.Contains(t, string(b), `"category":"rate-limited"`)
@@ -180,7 +180,7 @@ rules:
 
 func TestRuleValidateInGo(t *testing.T) {
 	c := NewCatalog()
-	c.Rules = []Rule{{Reason: []string{"x"}, Category: "rate_limited"}}
+	c.CategoryRules = []CategoryRule{{Reason: []string{"x"}, Category: "rate_limited"}}
 	err := c.Validate()
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), `classification rule 1: category "rate_limited" is not one of`, "Go callers use the constants")
