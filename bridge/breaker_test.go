@@ -31,8 +31,12 @@ func (f *fakeBreakers) Failed(queue string, settings policy.Breaker) {
 // breakerResolver gives every message a policy with the breaker settings b.
 type breakerResolver struct{ b policy.Breaker }
 
-func (r breakerResolver) Resolve(string, string) (policy.Policy, string, string) {
+func (r breakerResolver) Choose(policy.Origin, string) (policy.Policy, string, string) {
 	return policy.Policy{Name: "standard", MaxRetries: 3, Breaker: r.b}, "", ""
+}
+
+func (breakerResolver) RuleCategory(policy.Origin, policy.Failure, string) (policy.Category, string, bool) {
+	return "", "", false
 }
 
 // Only an accepted, acked report of a retry whose policy has a breaker counts towards it.

@@ -69,10 +69,12 @@ func poisonf(format string, args ...any) *PoisonError {
 	return &PoisonError{Kind: KindPoison, Reason: fmt.Sprintf(format, args...)}
 }
 
-// PolicyResolver picks the policy and dead-letter queue for an original queue and an optional
-// per-message policy name; *policy.Catalog implements it.
+// PolicyResolver picks the policy and dead-letter queue for a message's origin and an
+// optional per-message policy name, and classifies failures by the operator's rules;
+// *policy.Catalog implements it.
 type PolicyResolver interface {
-	Resolve(queue, override string) (p policy.Policy, deadLetterQueue string, note string)
+	Choose(o policy.Origin, override string) (p policy.Policy, deadLetterQueue string, note string)
+	RuleCategory(o policy.Origin, f policy.Failure, errorType string) (cat policy.Category, rule string, ok bool)
 }
 
 // DecodeOptions configure Decode. The zero value works: every field has a default.
@@ -309,7 +311,15 @@ func finish(rep message.FailureReport, policyName, rawID string, opts DecodeOpti
 		// The default exchange routes by queue name; any other key would miss the queue.
 		m.OriginalRoutingKey = ""
 	}
-	p, dlq, note := opts.Resolver.Resolve(m.OriginalQueue, policyName)
+	origin := policy.Origin{Queue: m.OriginalQueue, Service: rep.Service, EventType: m.EventType}
+	// Classified here, where the report is built, not in the workflow: the workflow takes the
+	// report's category as given, so a rule changes what new reports say, never how a
+	// recorded run replays.
+	if cat, rule, ok := opts.Resolver.RuleCategory(origin, rep.Failure, rep.ErrorType); ok {
+		rep.Failure.Category = string(cat)
+		rep.Notes = append(rep.Notes, fmt.Sprintf("classified %s by the policy file's %s", cat, rule))
+	}
+	p, dlq, note := opts.Resolver.Choose(origin, policyName)
 	rep.Policy = p
 	if ceiling := p.RetriesCeiling(); rep.MaxRetries > ceiling {
 		rep.Notes = append(rep.Notes, fmt.Sprintf("max_retries %d capped to policy %q's ceiling of %d", rep.MaxRetries, p.Name, ceiling))

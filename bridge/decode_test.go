@@ -24,7 +24,12 @@ var testNow = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 // "bogus", which it reports in a note, as policy.Catalog does.
 type fakeResolver struct{}
 
-func (fakeResolver) Resolve(queue, override string) (policy.Policy, string, string) {
+func (fakeResolver) RuleCategory(policy.Origin, policy.Failure, string) (policy.Category, string, bool) {
+	return "", "", false
+}
+
+func (fakeResolver) Choose(o policy.Origin, override string) (policy.Policy, string, string) {
+	queue := o.Queue
 	name, note := "standard", ""
 	switch override {
 	case "":

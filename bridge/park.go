@@ -53,7 +53,7 @@ func parkReport(env message.Envelope, pe *PoisonError, ingress, deadLetterQueue 
 	if m.Headers != nil && tableSize(m.Headers) > maxParkedHeaderBytes {
 		m.Headers, p.HeadersDropped = nil, true
 	}
-	pol, _, _ := opts.Resolver.Resolve(m.OriginalQueue, "")
+	pol, _, _ := opts.Resolver.Choose(policy.Origin{Queue: m.OriginalQueue}, "")
 	return message.FailureReport{
 		Message:         m,
 		Failure:         policy.Failure{Reason: p.Reason, Category: string(policy.Unknown)},

@@ -6,25 +6,69 @@ import (
 	"path"
 	"slices"
 	"sort"
+	"strings"
 )
 
-// Route sends messages from matching queues to a policy.
+// Route sends the messages it matches to a policy. Each field given must match; the route
+// that matches on the most fields wins, and among those the first listed.
 type Route struct {
-	// Queue is a path.Match glob on the original queue name ("billing.*"); the first
-	// matching route wins. '*' does not cross '/', which queue names rarely contain.
-	Queue string `json:"queue"`
-	// Policy names the policy for matching queues.
+	// Queue is a path.Match glob on the original queue name ("billing.*"). '*' does not
+	// cross '/', which queue names rarely contain.
+	Queue string `json:"queue,omitempty"`
+	// Service is a glob on the reporting service's name.
+	Service string `json:"service,omitempty"`
+	// EventType is a glob on the message's event type ("order.*").
+	EventType string `json:"event_type,omitempty"`
+	// Policy names the policy for matching messages.
 	Policy string `json:"policy"`
 	// DeadLetterQueue, when set, beats the policy's own dead-letter queue.
 	DeadLetterQueue string `json:"dead_letter_queue,omitempty"`
 }
 
-// Catalog is the set of named policies and the routes that pick one per queue.
+// fields are the route's match fields by their policy-file keys.
+func (r Route) fields() []struct{ key, pattern string } {
+	return []struct{ key, pattern string }{{"queue", r.Queue}, {"service", r.Service}, {"event_type", r.EventType}}
+}
+
+// specificity is how many fields the route matches on: more beats fewer.
+func (r Route) specificity() int {
+	n := 0
+	for _, f := range r.fields() {
+		if f.pattern != "" {
+			n++
+		}
+	}
+	return n
+}
+
+func (r Route) matches(o Origin) bool {
+	return globMatch(r.Queue, o.Queue) && globMatch(r.Service, o.Service) && globMatch(r.EventType, o.EventType)
+}
+
+// describe names the route in errors: its position (1-based) and its patterns.
+func (r Route) describe(i int) string {
+	var parts []string
+	for _, f := range r.fields() {
+		if f.pattern != "" {
+			parts = append(parts, fmt.Sprintf("%s %q", f.key, f.pattern))
+		}
+	}
+	if len(parts) == 0 {
+		return fmt.Sprintf("route %d", i+1)
+	}
+	return fmt.Sprintf("route %d (%s)", i+1, strings.Join(parts, ", "))
+}
+
+// Catalog is the set of named policies, the routes that pick one per message, and the rules
+// that classify failures before the built-in tree.
 type Catalog struct {
-	// Default is used for queues that no route matches.
+	// Default is used for messages that no route matches.
 	Default  string            `json:"default"`
 	Policies map[string]Policy `json:"policies"`
 	Routes   []Route           `json:"routes,omitempty"`
+	// CategoryRules are the policy file's rules: tried in order before the built-in
+	// classification, the first match wins (RuleCategory).
+	CategoryRules []CategoryRule `json:"rules,omitempty"`
 	// Destinations are where the scheduler may republish; the zero value is the secure
 	// default (see Destinations).
 	Destinations Destinations `json:"destinations,omitzero"`
@@ -69,14 +113,22 @@ func (c *Catalog) Validate() error {
 		errs = append(errs, fmt.Errorf("default_policy %q is not a known policy", c.Default))
 	}
 	for i, r := range c.Routes {
-		where := fmt.Sprintf("route %d (queue %q)", i+1, r.Queue)
-		if r.Queue == "" {
-			errs = append(errs, fmt.Errorf("%s: queue must not be empty", where))
-		} else if _, err := path.Match(r.Queue, ""); err != nil {
-			errs = append(errs, fmt.Errorf("%s: queue is not a valid glob: %w", where, err))
+		where := r.describe(i)
+		if r.specificity() == 0 {
+			errs = append(errs, fmt.Errorf("%s: give at least one of queue, service, event_type", where))
+		}
+		for _, f := range r.fields() {
+			if _, err := path.Match(f.pattern, ""); err != nil {
+				errs = append(errs, fmt.Errorf("%s: %s is not a valid glob: %w", where, f.key, err))
+			}
 		}
 		if _, ok := c.Policies[r.Policy]; !ok {
 			errs = append(errs, fmt.Errorf("%s: unknown policy %q", where, r.Policy))
+		}
+	}
+	for i, r := range c.CategoryRules {
+		if err := r.validate(); err != nil {
+			errs = append(errs, fmt.Errorf("classification %s: %w", r.label(i), err))
 		}
 	}
 	if err := c.Destinations.Validate(); err != nil {
@@ -119,13 +171,18 @@ func (c *Catalog) Guard(ingress, manualReview string, others ...string) *Guard {
 	return NewGuard(c.Destinations, own)
 }
 
-// Resolve picks the policy and dead-letter queue for a message from queue, with an
+// Resolve is Choose for a message known only by its queue.
+func (c *Catalog) Resolve(queue, override string) (p Policy, deadLetterQueue string, note string) {
+	return c.Choose(Origin{Queue: queue}, override)
+}
+
+// Choose picks the policy and dead-letter queue for a message from origin o, with an
 // optional per-message override (a policy name). An unknown override does not fail the
 // message: the routed policy is used and note says so for the history. The dead-letter
 // queue is the route's, else the policy's, else "" for the caller's global queue.
-func (c *Catalog) Resolve(queue, override string) (p Policy, deadLetterQueue string, note string) {
+func (c *Catalog) Choose(o Origin, override string) (p Policy, deadLetterQueue string, note string) {
 	name := c.Default
-	route, routed := c.route(queue)
+	route, routed := c.route(o)
 	if routed {
 		name = route.Policy
 	}
@@ -149,14 +206,16 @@ func (c *Catalog) Resolve(queue, override string) (p Policy, deadLetterQueue str
 	return p, deadLetterQueue, note
 }
 
-// route returns the first route whose pattern matches queue.
-func (c *Catalog) route(queue string) (Route, bool) {
+// route returns the matching route with the most fields, the first listed among equals, so
+// that a file of queue-only routes keeps its first-match order.
+func (c *Catalog) route(o Origin) (Route, bool) {
+	best, found := Route{}, false
 	for _, r := range c.Routes {
-		if ok, _ := path.Match(r.Queue, queue); ok {
-			return r, true
+		if r.matches(o) && (!found || r.specificity() > best.specificity()) {
+			best, found = r, true
 		}
 	}
-	return Route{}, false
+	return best, found
 }
 
 func joinNotes(a, b string) string {

@@ -63,7 +63,8 @@ func TestCatalogValidate(t *testing.T) {
 		{"bad glob", func(c *Catalog) {
 			c.Routes = []Route{{Queue: "a.*", Policy: "standard"}, {Queue: "b.[", Policy: "standard"}}
 		}, `route 2 (queue "b.["): queue is not a valid glob: syntax error in pattern`},
-		{"empty queue", func(c *Catalog) { c.Routes = []Route{{Policy: "standard"}} }, `route 1 (queue ""): queue must not be empty`},
+		{"route without a pattern", func(c *Catalog) { c.Routes = []Route{{Policy: "standard"}} }, `route 1: give at least one of queue, service, event_type`},
+		{"bad service glob", func(c *Catalog) { c.Routes = []Route{{Service: "[", Policy: "standard"}} }, `route 1 (service "["): service is not a valid glob`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

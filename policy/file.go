@@ -21,6 +21,7 @@ type fileCatalog struct {
 	DefaultPolicy string                `yaml:"default_policy"`
 	Policies      map[string]filePolicy `yaml:"policies"`
 	Routes        []fileRoute           `yaml:"routes"`
+	Rules         []fileRule            `yaml:"rules"`
 	Destinations  Destinations          `yaml:"destinations"`
 }
 
@@ -87,8 +88,90 @@ type fileJitter struct {
 
 type fileRoute struct {
 	Queue           string `yaml:"queue"`
+	Service         string `yaml:"service"`
+	EventType       string `yaml:"event_type"`
 	Policy          string `yaml:"policy"`
 	DeadLetterQueue string `yaml:"dead_letter_queue"`
+}
+
+// fileRule is a classification rule as the file spells it: lists may be written as one
+// item, statuses as numbers, classes ("4xx") or ranges ("500-504"), any category spelling.
+type fileRule struct {
+	Name         string     `yaml:"name"`
+	Service      string     `yaml:"service"`
+	EventType    string     `yaml:"event_type"`
+	Queue        string     `yaml:"queue"`
+	HTTPStatus   stringList `yaml:"http_status"`
+	ErrorCode    stringList `yaml:"error_code"`
+	ErrorType    stringList `yaml:"error_type"`
+	Reason       stringList `yaml:"reason"`
+	ReasonRegexp *string    `yaml:"reason_regexp"`
+	Category     string     `yaml:"category"`
+}
+
+// rule compiles the file's rule, its regular expression once, here; the CategoryRule carries the
+// name even when it returns an error, for the error's label.
+func (fr fileRule) rule() (CategoryRule, error) {
+	r := CategoryRule{
+		Name: fr.Name, Service: fr.Service, EventType: fr.EventType, Queue: fr.Queue,
+		ErrorCode: fr.ErrorCode, ErrorType: fr.ErrorType, Reason: fr.Reason,
+	}
+	var errs []error
+	switch c, ok := ParseCategory(fr.Category); {
+	case fr.Category == "":
+		errs = append(errs, fmt.Errorf("category is required (one of %s)", categoryList()))
+	case !ok:
+		errs = append(errs, fmt.Errorf("category %q is not one of %s", fr.Category, categoryList()))
+	default:
+		r.Category = c
+	}
+	for _, s := range fr.HTTPStatus {
+		sr, err := ParseStatusRange(s)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		r.HTTPStatus = append(r.HTTPStatus, sr)
+	}
+	if fr.ReasonRegexp != nil {
+		re, err := regexp.Compile(*fr.ReasonRegexp)
+		if *fr.ReasonRegexp == "" {
+			errs = append(errs, errors.New("reason_regexp is empty, which would match every failure"))
+		} else if err != nil {
+			errs = append(errs, fmt.Errorf("reason_regexp: %w", err))
+		} else {
+			r.ReasonRegexp = re
+		}
+	}
+	if len(errs) == 0 {
+		if err := r.validate(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return r, errors.Join(errs...)
+}
+
+// stringList reads a YAML sequence of scalars, or one scalar as a list of one.
+type stringList []string
+
+// UnmarshalYAML implements yaml.Unmarshaler.
+func (l *stringList) UnmarshalYAML(n *yaml.Node) error {
+	switch n.Kind {
+	case yaml.ScalarNode:
+		*l = stringList{n.Value}
+		return nil
+	case yaml.SequenceNode:
+		out := make(stringList, 0, len(n.Content))
+		for _, item := range n.Content {
+			if item.Kind != yaml.ScalarNode {
+				return &yaml.TypeError{Errors: []string{fmt.Sprintf("line %d: expected a value or a list of values", item.Line)}}
+			}
+			out = append(out, item.Value)
+		}
+		*l = out
+		return nil
+	}
+	return &yaml.TypeError{Errors: []string{fmt.Sprintf("line %d: expected a value or a list of values", n.Line)}}
 }
 
 // defaultMultiplier applies when an exponential backoff omits its multiplier.
@@ -147,6 +230,14 @@ func Parse(data []byte) (*Catalog, error) {
 	}
 	for _, r := range f.Routes {
 		c.Routes = append(c.Routes, Route(r))
+	}
+	for i, fr := range f.Rules {
+		r, err := fr.rule()
+		if err != nil {
+			errs = append(errs, fmt.Errorf("classification %s: %w", r.label(i), err))
+			continue
+		}
+		c.CategoryRules = append(c.CategoryRules, r)
 	}
 	c.Destinations = f.Destinations
 	if len(errs) == 0 {
@@ -260,6 +351,7 @@ var yamlTypeNames = map[string]string{
 	"fileBackoff":  "backoff",
 	"fileJitter":   "jitter",
 	"fileRoute":    "a route",
+	"fileRule":     "a rule",
 	"fileBreaker":  "breaker",
 	"duration":     "a duration",
 	"Destinations": "destinations",

@@ -69,7 +69,9 @@ func TestParseExampleFile(t *testing.T) {
 		{Queue: "billing.*", Policy: "billing"},
 		{Queue: "notify.*", Policy: "notifications"},
 		{Queue: "email.[a-z]*", Policy: EmailName},
+		{Service: "billing-svc", EventType: "invoice.*", Policy: PatientName},
 	}, c.Routes)
+	assert.Len(t, c.CategoryRules, 8, "the file's classification rules (TestExampleFileClassifies)")
 
 	p, dlq, note := c.Resolve("billing.refunds", "")
 	assert.Equal(t, CriticalName, p.Name)

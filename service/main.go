@@ -45,6 +45,7 @@ func Main(args []string) int {
 	slog.SetDefault(logger)
 	build := buildinfo.Get()
 	logger.Info("starting", "version", build.Version, "revision", build.Revision, "config", cfg.String())
+	config.WarnForeignEnv(logger, os.LookupEnv)
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
