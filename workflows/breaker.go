@@ -21,10 +21,6 @@ const breakerReleaseEvery = time.Second
 // ReleasedBy is the Release.By of the breaker's own releases.
 const ReleasedBy = "breaker"
 
-// changeIdleEnd gates the end of a breaker idle for Settings.IdleEnd: runs from before it
-// wait closed without a timer for as long as they run.
-const changeIdleEnd = "breaker-idle-end"
-
 var listHeldOptions = workflow.LocalActivityOptions{
 	StartToCloseTimeout: 10 * time.Second,
 	RetryPolicy:         &temporal.RetryPolicy{InitialInterval: time.Second, MaximumAttempts: 3},

@@ -269,10 +269,6 @@ func (r *retryRun) applyFirstReport(rep message.FailureReport) {
 	r.failed(rep, now)
 }
 
-// changePriorAttempts gates the look-up of an earlier run's attempts: a local activity that
-// runs which took their first report before it never scheduled.
-const changePriorAttempts = "continue-attempts-of-earlier-run"
-
 var priorAttemptsOptions = workflow.LocalActivityOptions{
 	StartToCloseTimeout: 10 * time.Second,
 	// Four tries over about 7 s: visibility lists the earlier run's close a moment after it.
@@ -429,10 +425,6 @@ func decide(s *State, rep message.FailureReport, now time.Time, pick func() poli
 	return d
 }
 
-// changeUnknownCapPerPolicy gates policy.RulesUnknownCapPerPolicy: runs that decided under
-// policy.RulesUnknownCapEverywhere keep deciding under them.
-const changeUnknownCapPerPolicy = "unknown-cap-per-policy-and-socket-codes-in-reason"
-
 // rules are the decision rules of this run: the older ones for a run whose history decided
 // under them (replay finds no marker), else the current ones.
 func (r *retryRun) rules() policy.Rules {
@@ -441,10 +433,6 @@ func (r *retryRun) rules() policy.Rules {
 	}
 	return policy.RulesUnknownCapPerPolicy
 }
-
-// changeRetryOpensWindow gates an operator's retry from dead opening a new max window: runs
-// retried before it count the window from the first failure.
-const changeRetryOpensWindow = "operator-retry-opens-a-new-window"
 
 func (r *retryRun) waitScheduled() {
 	s := &r.state
@@ -711,10 +699,6 @@ func (r *retryRun) poisoned(rep message.FailureReport, now time.Time) {
 	})
 	r.toDead(p.Kind, p.Reason)
 }
-
-// changeReportsWithQuietTimer gates takePendingReports: before it, a run whose quiet window
-// ended with a report pending closed as delivered and left the report unread.
-const changeReportsWithQuietTimer = "apply-reports-pending-when-quiet-window-ends"
 
 // takePendingReports applies the failure reports already waiting when the quiet window ends,
 // and says whether one of them was a new failure. A report the server hands over in the same
