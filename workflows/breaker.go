@@ -194,14 +194,9 @@ func (b *breakerRun) end() error {
 }
 
 // cooldown is the wait from open to half-open: Cooldown, doubled with each reopening since
-// the breaker last closed, capped at CooldownMax.
+// the breaker last closed, capped at CooldownMax (policy.Breaker.CooldownAt).
 func (b *breakerRun) cooldown() time.Duration {
-	s := b.st.Settings
-	d := s.Cooldown
-	for i := 1; i < b.st.Opens && d < s.CooldownMax; i++ {
-		d *= 2
-	}
-	return min(d, s.CooldownMax)
+	return b.st.Settings.CooldownAt(b.st.Opens)
 }
 
 // wait blocks until an outcome, an operator action or a cancellation arrives, or until at
