@@ -1,5 +1,3 @@
-// Package workflows holds RetryWorkflow: the durable owner of one failed message from its
-// first failure report to its end (delivered, resolved, discarded or expired).
 package workflows
 
 import (

@@ -96,8 +96,8 @@ func branchName(v workflow.Version) string {
 const changeIDsFile = "revision.go"
 
 // versionGates finds the workflow.GetVersion calls in the package's non-test source, by change
-// id. A change id given by anything but a string constant or literal fails the test: the
-// test must see every gate.
+// id. A change id given by anything but a change… string constant declared in changeIDsFile
+// fails the test: the test must see every gate, and the ids are read in one place.
 func versionGates(t *testing.T) map[string]versionGate {
 	t.Helper()
 	fset := token.NewFileSet()
