@@ -1,7 +1,6 @@
 package workflows
 
 import (
-	"strconv"
 	"strings"
 	"time"
 
@@ -129,7 +128,7 @@ func currentRules() policy.Rules { return policy.CurrentRules }
 // apply (the workflow asks workflow.GetVersion): a run records a version marker only when the
 // change matters to it, not one marker and search-attribute write per message.
 func decide(s *State, rep message.FailureReport, now time.Time, pick func() policy.Rules) policy.Decision {
-	u := policy.JitterFraction(s.WorkflowID+"#"+strconv.Itoa(s.Resets), s.RetryCount+1)
+	u := policy.JitterFraction(JitterKey(s.WorkflowID, s.Resets), s.RetryCount+1)
 	start := s.FirstFailureAt
 	if !s.WindowStart.IsZero() {
 		start = s.WindowStart
