@@ -22,9 +22,6 @@ import (
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
-	"google.golang.org/protobuf/encoding/protojson"
-
-	historypb "go.temporal.io/api/history/v1"
 
 	"github.com/retry-scheduler/retry-scheduler/broker"
 	"github.com/retry-scheduler/retry-scheduler/broker/brokertest"
@@ -33,6 +30,7 @@ import (
 	"github.com/retry-scheduler/retry-scheduler/message"
 	"github.com/retry-scheduler/retry-scheduler/service"
 	"github.com/retry-scheduler/retry-scheduler/workflows"
+	"github.com/retry-scheduler/retry-scheduler/workflows/historytest"
 )
 
 // policyFile routes the test's queues to short delays so that a test takes seconds:
@@ -243,30 +241,13 @@ func (s *stack) retryStatus(id string) workflows.Status {
 }
 
 // recordHistory writes the workflow's history to $RECORD_HISTORIES/<name>.json for the replay
-// tests (workflows/testdata/histories); without the variable it does nothing.
+// tests (workflows/testdata/histories); without the variable it does nothing. It never
+// replaces a recorded history (historytest.ErrExists).
 func (s *stack) recordHistory(id, name string) {
-	dir := os.Getenv("RECORD_HISTORIES")
-	if dir == "" {
-		return
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	it := s.tc.GetWorkflowHistory(ctx, id, "", false, 0)
-	h := &historypb.History{}
-	for it.HasNext() {
-		e, err := it.Next()
-		require.NoError(s.t, err)
-		h.Events = append(h.Events, e)
-	}
-	b, err := protojson.MarshalOptions{Indent: "  "}.Marshal(h)
+	_, err := historytest.Record(ctx, s.tc, id, name)
 	require.NoError(s.t, err)
-	// A recorded history is never replaced: one that a change stops replaying is what the
-	// change must keep working (CONTRIBUTING.md, "Changing workflow code: replay histories").
-	path := filepath.Join(dir, name+".json")
-	if _, err := os.Stat(path); err == nil {
-		s.t.Fatalf("%s exists: recorded histories are never re-recorded; record into an empty directory and add the new one under its own name", path)
-	}
-	require.NoError(s.t, os.WriteFile(path, b, 0o644))
 }
 
 // consumer collects what arrives on a queue, reconnecting when the broker drops it.

@@ -291,22 +291,12 @@ func (v *BreakerView) fill(st workflows.BreakerState) {
 	set := st.Settings.WithDefaults()
 	v.Settings = &set
 	v.Opens, v.Released, v.LastProbe, v.PausedBy, v.Events = st.Opens, st.Released, st.LastProbe, st.PausedBy, st.Events
-	cd := Cooldown(set, max(st.Opens, 1))
+	cd := set.CooldownAt(max(st.Opens, 1))
 	v.Cooldown = cd.String()
 	if st.Mode == workflows.BreakerOpen && v.Since != nil {
 		t := v.Since.Add(cd)
 		v.CooldownUntil = &t
 	}
-}
-
-// Cooldown is the wait from open to half-open at a breaker's opens-th opening since it last
-// closed: Cooldown × 2^(opens-1), at most CooldownMax.
-func Cooldown(s policy.Breaker, opens int) time.Duration {
-	d := s.Cooldown
-	for i := 1; i < opens && d < s.CooldownMax; i++ {
-		d *= 2
-	}
-	return min(d, s.CooldownMax)
 }
 
 // BreakerRequest is the optional body of a pause or resume.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"sort"
-	"strings"
 	"testing"
 	"time"
 
@@ -356,12 +355,4 @@ func TestCanaryRefusals(t *testing.T) {
 	require.Equal(t, 200, code, out)
 	assert.EqualValues(t, 3, out["count"])
 	assert.Empty(t, replayedIDs(h))
-}
-
-func TestCooldown(t *testing.T) {
-	s := policy.Breaker{Cooldown: 10 * time.Second, CooldownMax: 35 * time.Second}
-	for opens, want := range map[int]time.Duration{0: 10 * time.Second, 1: 10 * time.Second, 2: 20 * time.Second, 3: 35 * time.Second, 60: 35 * time.Second} {
-		assert.Equal(t, want, Cooldown(s, opens), "%d", opens)
-	}
-	assert.True(t, strings.HasPrefix(Cooldown(policy.Breaker{}.WithDefaults(), 1).String(), "10s"))
 }

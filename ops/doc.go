@@ -9,9 +9,15 @@
 //   - api.go: configuration, routes, error answers;
 //   - auth.go, tenant.go: who calls, with which role, and which tenant's items they see;
 //   - request.go, filter.go: decoding and checking requests, and the filters they name;
-//   - list.go, paging.go, delivered.go: the lists, their sorting and keyset paging;
+//   - guard.go: the cap on concurrent visibility scans and the bound on a call's time;
+//   - list.go, paging.go, delivered.go: the lists, their sorting and keyset paging, and the
+//     retries a message gets (policy.MaxRetries, as the workflow decides them);
 //   - message.go, delayed.go: one item, read by id;
-//   - actions.go: single, bulk and filtered actions;
+//   - actions.go, canary.go, jobs.go: single, bulk and filtered actions, the canary replay's
+//     settings, and the long actions run as jobs;
+//   - breakers.go: the destinations' breakers, their state (the cooldown from
+//     policy.Breaker.CooldownAt, the breaker workflow's own formula) and pause or resume;
+//   - openapi.go: the API's OpenAPI description, held to the routes by the tests;
 //   - health.go, page.go: the probes, /metrics and the embedded page.
 //
 // ops/README.md documents the routes for operators.

@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/retry-scheduler/retry-scheduler/message"
+	"github.com/retry-scheduler/retry-scheduler/policy"
 	"github.com/retry-scheduler/retry-scheduler/workflows"
 )
 
@@ -256,9 +257,8 @@ func (a *API) enrich(ctx context.Context, items []Item) {
 	_ = g.Wait()
 }
 
+// maxRetries is how many retries the message of state st gets, as the workflow decides it
+// under the current rules: an unknown latest failure is held to the unknown-error cap.
 func maxRetries(st workflows.State) int {
-	if st.MaxRetries > 0 {
-		return st.MaxRetries
-	}
-	return st.Policy.MaxRetries
+	return policy.MaxRetries(st.Policy, policy.Category(st.Category), st.MaxRetries)
 }

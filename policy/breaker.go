@@ -57,6 +57,17 @@ const (
 	DefaultBreakerIdleEnd        = time.Hour
 )
 
+// CooldownAt is the wait from open to half-open at the breaker's opens-th opening since it
+// last closed: Cooldown × 2^(opens-1), at most CooldownMax (Cooldown for opens ≤ 1). The
+// breaker's workflow waits it and the ops API shows it: one formula for both.
+func (b Breaker) CooldownAt(opens int) time.Duration {
+	d := b.Cooldown
+	for i := 1; i < opens && d < b.CooldownMax; i++ {
+		d *= 2
+	}
+	return min(d, b.CooldownMax)
+}
+
 // WithDefaults is b with every unset (zero) setting at its default.
 func (b Breaker) WithDefaults() Breaker {
 	set := func(v *time.Duration, d time.Duration) {

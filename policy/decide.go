@@ -44,6 +44,31 @@ func Decide(p Policy, f Failure, retryCount, maxOverride int, sinceFirst time.Du
 	return CurrentRules.Decide(p, f, retryCount, maxOverride, sinceFirst, u)
 }
 
+// MaxRetries is how many retries a message of policy p gets when its latest failure is of
+// category cat, under CurrentRules (see Rules.MaxRetries).
+func MaxRetries(p Policy, cat Category, maxOverride int) int {
+	n, _ := CurrentRules.MaxRetries(p, cat, maxOverride)
+	return n
+}
+
+// MaxRetries is how many retries a message of policy p gets under rules r when its latest
+// failure is of category cat: maxOverride when > 0, else p.MaxRetries, and for an unknown
+// error at most the rules' unknown-error cap; capped says the cap lowered it.
+func (r Rules) MaxRetries(p Policy, cat Category, maxOverride int) (n int, capped bool) {
+	n = p.MaxRetries
+	if maxOverride > 0 {
+		n = maxOverride
+	}
+	unknownCap := p.UnknownMaxRetries
+	if r < RulesUnknownCapPerPolicy {
+		unknownCap = legacyUnknownMaxRetries
+	}
+	if cat == Unknown && unknownCap > 0 && n > unknownCap {
+		return unknownCap, true
+	}
+	return n, false
+}
+
 // Decide is Decide under rules r. sinceFirst is the time since the window opened: the first
 // failure, or what the caller counts as a new start.
 func (r Rules) Decide(p Policy, f Failure, retryCount, maxOverride int, sinceFirst time.Duration, u float64) Decision {
@@ -60,18 +85,10 @@ func (r Rules) Decide(p Policy, f Failure, retryCount, maxOverride int, sinceFir
 	if p.Manual {
 		return dead(CauseManual, fmt.Sprintf("%s: policy %q is manual, left to an operator", cat, p.Name))
 	}
-	maxRetries := p.MaxRetries
-	if maxOverride > 0 {
-		maxRetries = maxOverride
-	}
+	maxRetries, capped := r.MaxRetries(p, cat, maxOverride)
 	capNote := ""
-	unknownCap := p.UnknownMaxRetries
-	if r < RulesUnknownCapPerPolicy {
-		unknownCap = legacyUnknownMaxRetries
-	}
-	if cat == Unknown && unknownCap > 0 && maxRetries > unknownCap {
-		maxRetries = unknownCap
-		capNote = fmt.Sprintf(" (unknown errors get at most %d)", unknownCap)
+	if capped {
+		capNote = fmt.Sprintf(" (unknown errors get at most %d)", maxRetries)
 	}
 	if retryCount >= maxRetries {
 		return dead(CauseExhausted, fmt.Sprintf("exhausted: %d of %d retries used%s", retryCount, maxRetries, capNote))

@@ -235,3 +235,51 @@ func TestHuman(t *testing.T) {
 	assert.Equal(t, "0s", human(0))
 	assert.Equal(t, "1m30s", human(90*time.Second+20*time.Millisecond))
 }
+
+func TestMaxRetries(t *testing.T) {
+	capped := Policy{Name: "p", MaxRetries: 5, UnknownMaxRetries: 2}
+	uncapped := Policy{Name: "p", MaxRetries: 5}
+	tests := []struct {
+		name       string
+		rules      Rules
+		p          Policy
+		cat        Category
+		override   int
+		want       int
+		wantCapped bool
+	}{
+		{name: "the policy's maximum", rules: CurrentRules, p: capped, cat: Transient, want: 5},
+		{name: "the message's own maximum replaces it", rules: CurrentRules, p: capped, cat: Transient, override: 8, want: 8},
+		{name: "unknown held to the policy's cap", rules: CurrentRules, p: capped, cat: Unknown, want: 2, wantCapped: true},
+		{name: "unknown held to the cap over the message's own maximum", rules: CurrentRules, p: capped, cat: Unknown, override: 8, want: 2, wantCapped: true},
+		{name: "a maximum under the cap is kept", rules: CurrentRules, p: capped, cat: Unknown, override: 1, want: 1},
+		{name: "no cap in the policy", rules: CurrentRules, p: uncapped, cat: Unknown, want: 5},
+		{name: "older rules cap unknown everywhere", rules: RulesUnknownCapEverywhere, p: uncapped, cat: Unknown, want: legacyUnknownMaxRetries, wantCapped: true},
+		{name: "older rules leave other categories", rules: RulesUnknownCapEverywhere, p: uncapped, cat: Transient, want: 5},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			n, c := tt.rules.MaxRetries(tt.p, tt.cat, tt.override)
+			assert.Equal(t, tt.want, n)
+			assert.Equal(t, tt.wantCapped, c)
+			if tt.rules == CurrentRules {
+				assert.Equal(t, tt.want, MaxRetries(tt.p, tt.cat, tt.override))
+			}
+		})
+	}
+}
+
+// Decide exhausts a message at exactly the retries MaxRetries gives it.
+func TestDecideExhaustsAtMaxRetries(t *testing.T) {
+	p := Policy{Name: "p", Backoff: Builtins()[DefaultName].Backoff, MaxRetries: 5, UnknownMaxRetries: 2}
+	for _, f := range []Failure{{HTTPStatus: 503}, {HTTPStatus: 500}} {
+		for _, rules := range []Rules{RulesUnknownCapEverywhere, RulesUnknownCapPerPolicy} {
+			for _, override := range []int{0, 1, 8} {
+				n, _ := rules.MaxRetries(p, rules.Classify(f), override)
+				assert.True(t, rules.Decide(p, f, n-1, override, 0, 0).Retry, "%v %d: retry %d of %d", f, override, n, n)
+				d := rules.Decide(p, f, n, override, 0, 0)
+				assert.Equal(t, CauseExhausted, d.Cause, "%v %d: after %d", f, override, n)
+			}
+		}
+	}
+}

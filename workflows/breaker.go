@@ -21,10 +21,6 @@ const breakerReleaseEvery = time.Second
 // ReleasedBy is the Release.By of the breaker's own releases.
 const ReleasedBy = "breaker"
 
-// changeIdleEnd gates the end of a breaker idle for Settings.IdleEnd: runs from before it
-// wait closed without a timer for as long as they run.
-const changeIdleEnd = "breaker-idle-end"
-
 var listHeldOptions = workflow.LocalActivityOptions{
 	StartToCloseTimeout: 10 * time.Second,
 	RetryPolicy:         &temporal.RetryPolicy{InitialInterval: time.Second, MaximumAttempts: 3},
@@ -198,14 +194,9 @@ func (b *breakerRun) end() error {
 }
 
 // cooldown is the wait from open to half-open: Cooldown, doubled with each reopening since
-// the breaker last closed, capped at CooldownMax.
+// the breaker last closed, capped at CooldownMax (policy.Breaker.CooldownAt).
 func (b *breakerRun) cooldown() time.Duration {
-	s := b.st.Settings
-	d := s.Cooldown
-	for i := 1; i < b.st.Opens && d < s.CooldownMax; i++ {
-		d *= 2
-	}
-	return min(d, s.CooldownMax)
+	return b.st.Settings.CooldownAt(b.st.Opens)
 }
 
 // wait blocks until an outcome, an operator action or a cancellation arrives, or until at

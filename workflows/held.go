@@ -8,14 +8,6 @@ import (
 	"github.com/retry-scheduler/retry-scheduler/policy"
 )
 
-// changeBreakerHoldsRetries gates the breaker: runs from before it republish without asking
-// their destination's breaker, and are never held.
-const changeBreakerHoldsRetries = "breaker-holds-retries"
-
-// changeHeldStart gates the first report the bridge held for its delay (Input.Held): a worker
-// from before it ran such a run as a fresh report, with the delay as a timer.
-const changeHeldStart = "first-report-held-by-bridge"
-
 // takesHeldStart says whether this run takes its held first report as held. Asked once, at
 // the start of the run's first task, before anything else is decided.
 func (r *retryRun) takesHeldStart() bool {

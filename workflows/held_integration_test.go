@@ -6,18 +6,14 @@ import (
 	"context"
 	"io"
 	"log/slog"
-	"os"
-	"path/filepath"
 	"strconv"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 	enumspb "go.temporal.io/api/enums/v1"
-	historypb "go.temporal.io/api/history/v1"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
-	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/retry-scheduler/retry-scheduler/activities"
 	"github.com/retry-scheduler/retry-scheduler/devserver"
@@ -26,6 +22,7 @@ import (
 	"github.com/retry-scheduler/retry-scheduler/reporter"
 	"github.com/retry-scheduler/retry-scheduler/worker"
 	"github.com/retry-scheduler/retry-scheduler/workflows"
+	"github.com/retry-scheduler/retry-scheduler/workflows/historytest"
 )
 
 // holdingGate holds every destination: only a release lets a retry go.
@@ -83,7 +80,8 @@ func TestHeldRetryIsReleasedOnADevServer(t *testing.T) {
 	require.Equal(t, 1, res.RetryCount)
 	require.Equal(t, []string{msgID + ":1"}, pub.published())
 
-	recordHistory(t, ctx, c, id, "held-released-delivered")
+	_, err = historytest.Record(ctx, c, id, "held-released-delivered")
+	require.NoError(t, err)
 }
 
 // waitForStatus waits until the workflow's history shows its search attributes upserted with
@@ -105,24 +103,4 @@ func waitForStatus(t *testing.T, ctx context.Context, c client.Client, id string
 		}
 	}
 	t.Fatalf("workflow %s closed without status %s", id, st)
-}
-
-// recordHistory writes the workflow's history to $RECORD_HISTORIES/<name>.json; without the
-// variable it does nothing.
-func recordHistory(t *testing.T, ctx context.Context, c client.Client, id, name string) {
-	t.Helper()
-	dir := os.Getenv("RECORD_HISTORIES")
-	if dir == "" {
-		return
-	}
-	it := c.GetWorkflowHistory(ctx, id, "", false, 0)
-	h := &historypb.History{}
-	for it.HasNext() {
-		e, err := it.Next()
-		require.NoError(t, err)
-		h.Events = append(h.Events, e)
-	}
-	b, err := protojson.MarshalOptions{Indent: "  "}.Marshal(h)
-	require.NoError(t, err)
-	require.NoError(t, os.WriteFile(filepath.Join(dir, name+".json"), b, 0o644))
 }

@@ -16,6 +16,38 @@ import "slices"
 // a run started at a revision must not be run by code that lacks the change.
 const CurrentRevision = 1
 
+// The change ids of every workflow.GetVersion gate in the package, one place to see what
+// runs in flight may still do the old way. Each says what the old branch did. A change id is
+// recorded in histories: never rename or reuse one. TestEveryVersionBranchHasARecordedHistory
+// finds each gate by its constant here.
+const (
+	// RetryWorkflow looks up an earlier run's attempts (a local activity); runs that took
+	// their first report before it never scheduled the look-up.
+	changePriorAttempts = "continue-attempts-of-earlier-run"
+	// RetryWorkflow decides under policy.RulesUnknownCapPerPolicy; runs that decided under
+	// policy.RulesUnknownCapEverywhere keep deciding under them.
+	changeUnknownCapPerPolicy = "unknown-cap-per-policy-and-socket-codes-in-reason"
+	// An operator's retry from dead opens a new max window; runs retried before it count
+	// the window from the first failure.
+	changeRetryOpensWindow = "operator-retry-opens-a-new-window"
+	// Reports pending when the quiet window ends are applied (takePendingReports); before
+	// it, such a run closed as delivered and left the report unread.
+	changeReportsWithQuietTimer = "apply-reports-pending-when-quiet-window-ends"
+	// A keyless report behind the attempt, after the latest republish, counts as that
+	// republish's failure; before it, it was set aside as stale and a consumer that never
+	// copies the scheduler's headers lost its message.
+	changeKeylessReportCounts = "keyless-report-behind-counts-as-latest-failure"
+	// Republishes ask their destination's breaker and may be held; runs from before it
+	// republish without asking and are never held.
+	changeBreakerHoldsRetries = "breaker-holds-retries"
+	// A first report the bridge held for its delay (Input.Held) waits as held; a worker from
+	// before it ran such a run as a fresh report, with the delay as a timer.
+	changeHeldStart = "first-report-held-by-bridge"
+	// BreakerWorkflow ends after Settings.IdleEnd idle; runs from before it wait closed
+	// without a timer for as long as they run.
+	changeIdleEnd = "breaker-idle-end"
+)
+
 // revisionChanges lists, for each revision, the gated changes it takes without GetVersion.
 var revisionChanges = [][]string{
 	1: {changePriorAttempts, changeUnknownCapPerPolicy, changeRetryOpensWindow, changeReportsWithQuietTimer, changeBreakerHoldsRetries},

@@ -81,12 +81,6 @@ func (r *retryRun) setAsidePending() {
 	}
 }
 
-// changeKeylessReportCounts gates counting a report without retry_key whose retry_count is
-// behind the attempt, arriving after the latest republish, as that republish's failure: runs
-// before it set such a report aside as stale, and a consumer that never copies the
-// scheduler's headers lost its message.
-const changeKeylessReportCounts = "keyless-report-behind-counts-as-latest-failure"
-
 // republishClockMargin is how much earlier than the latest republish the bridge must have
 // received a report for it to be set aside as not that republish's failure: it covers the
 // bridge's and the worker's clocks disagreeing, and a consumer failing the republish before

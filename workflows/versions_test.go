@@ -92,9 +92,12 @@ func branchName(v workflow.Version) string {
 	return "version " + strconv.Itoa(int(v))
 }
 
+// changeIDsFile holds every change id constant of the package, in one block.
+const changeIDsFile = "revision.go"
+
 // versionGates finds the workflow.GetVersion calls in the package's non-test source, by change
-// id. A change id given by anything but a string constant or literal fails the test: the
-// test must see every gate.
+// id. A change id given by anything but a change… string constant declared in changeIDsFile
+// fails the test: the test must see every gate, and the ids are read in one place.
 func versionGates(t *testing.T) map[string]versionGate {
 	t.Helper()
 	fset := token.NewFileSet()
@@ -126,6 +129,9 @@ func versionGates(t *testing.T) map[string]versionGate {
 							s, err := strconv.Unquote(lit.Value)
 							require.NoError(t, err)
 							consts[name.Name] = s
+							if strings.HasPrefix(name.Name, "change") {
+								require.Equal(t, changeIDsFile, filepath.Base(fset.Position(name.Pos()).Filename), "%s: declare change id %s in %s, with the others", fset.Position(name.Pos()), name.Name, changeIDsFile)
+							}
 						}
 					}
 				}
@@ -171,13 +177,10 @@ func stringValue(t *testing.T, at string, e ast.Expr, consts map[string]string) 
 	case *ast.Ident:
 		s, ok := consts[e.Name]
 		require.True(t, ok, "%s: change id %s is not a package string constant", at, e.Name)
-		return s
-	case *ast.BasicLit:
-		s, err := strconv.Unquote(e.Value)
-		require.NoError(t, err, "%s: change id", at)
+		require.True(t, strings.HasPrefix(e.Name, "change"), "%s: name change id constant %s change… and declare it in %s", at, e.Name, changeIDsFile)
 		return s
 	}
-	t.Fatalf("%s: change id is neither a string constant nor a literal", at)
+	t.Fatalf("%s: a change id is a string constant declared in %s", at, changeIDsFile)
 	return ""
 }
 

@@ -1,0 +1,157 @@
+package workflows
+
+import (
+	"strings"
+	"time"
+
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/retry-scheduler/retry-scheduler/message"
+	"github.com/retry-scheduler/retry-scheduler/policy"
+)
+
+// addReports adds the failure-report channel: a report is applied when it is the failure of
+// the latest republish, and set aside otherwise (RabbitMQ redelivers), counted and shown.
+func (r *retryRun) addReports(sel workflow.Selector) {
+	sel.AddReceive(r.reports, func(c workflow.ReceiveChannel, _ bool) {
+		var rep message.FailureReport
+		c.Receive(r.ctx, &rep)
+		r.report(rep)
+	})
+}
+
+// report applies one failure report, or sets it aside.
+func (r *retryRun) report(rep message.FailureReport) {
+	if rep.Poison != nil {
+		r.poisonReport(rep)
+		return
+	}
+	if reason, why := r.stale(rep); reason != "" {
+		r.setAside(rep, reason, why)
+		return
+	}
+	r.failed(rep, workflow.Now(r.ctx))
+}
+
+// stale says why a report is not a new failure (a SetAside* reason and a detail), or "" when
+// it is.
+func (r *retryRun) stale(rep message.FailureReport) (reason, why string) {
+	s := &r.state
+	if s.Status != StatusAwaitingOutcome {
+		return SetAsideRetryPending, "report while " + string(s.Status) + " (" + describeReport(rep) + ")"
+	}
+	if rep.RetryKey != "" {
+		if rep.RetryKey != r.lastKey {
+			return SetAsideOtherKey, "report for " + rep.RetryKey + ", latest republish is " + r.lastKey
+		}
+		return "", ""
+	}
+	if rep.RetryCount < s.RetryCount {
+		return r.keylessBehind(rep)
+	}
+	return "", ""
+}
+
+// takePendingReports applies the failure reports already waiting when the quiet window ends,
+// and says whether one of them was a new failure. A report the server hands over in the same
+// workflow task as the timer (it was late: the bridge was down or cut off from Temporal for
+// about the quiet window) is a failure, not silence: taking it as delivered loses the message.
+func (r *retryRun) takePendingReports() bool {
+	if r.reports.Len() == 0 {
+		return false
+	}
+	if !r.includes(changeReportsWithQuietTimer) && workflow.GetVersion(r.ctx, changeReportsWithQuietTimer, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
+		return false
+	}
+	var rep message.FailureReport
+	for r.state.Status == StatusAwaitingOutcome && r.reports.ReceiveAsync(&rep) {
+		r.report(rep)
+		rep = message.FailureReport{}
+	}
+	return r.state.Status != StatusAwaitingOutcome
+}
+
+// failed applies one failure report accepted at now: record it, then retry or go to dead.
+// FirstDelay must take the same decision for a run's first report.
+func (r *retryRun) failed(rep message.FailureReport, now time.Time) {
+	s := &r.state
+	r.rememberApplied(rep)
+	d := s.record(rep, now, r.rules)
+	if !d.Retry {
+		r.toDead(d.Cause, d.Reason)
+		return
+	}
+	r.count(MetricRetriesScheduled)
+	workflow.GetLogger(r.ctx).Debug("retry scheduled",
+		"message_id", s.Message.MessageID, "attempt", d.Attempt, "next_retry_at", s.NextRetryAt,
+		"category", d.Category, "outcome", "scheduled")
+	if !r.delayedStart && !r.heldStart { // else the start set these search attributes
+		r.upsert()
+	}
+}
+
+// record applies failure report rep, accepted at now, to s: the attempt and the policy's
+// decision under the rules pick chooses (see decide), which it returns. A decision to retry
+// schedules it; the caller applies one to stop.
+func (s *State) record(rep message.FailureReport, now time.Time, pick func() policy.Rules) policy.Decision {
+	if rep.RetryCount > s.RetryCount {
+		s.RetryCount = rep.RetryCount
+	}
+	if rep.RetryCount > s.Sequence && s.Resets == 0 {
+		s.Sequence = rep.RetryCount
+	}
+	d := decide(s, rep, now, pick)
+	s.Category = string(d.Category)
+	s.LastFailureAt = now
+	s.Attempts = append(s.Attempts, message.Attempt{
+		Attempt:    s.RetryCount + 1,
+		Timestamp:  now,
+		Error:      rep.Failure.Reason,
+		ErrorCode:  rep.Failure.ErrorCode,
+		HTTPStatus: rep.Failure.HTTPStatus,
+		Category:   string(d.Category),
+		ErrorType:  rep.ErrorType,
+		StackTrace: rep.StackTrace,
+	})
+	if d.Retry {
+		s.NextRetryAt = now.Add(d.Delay)
+		s.Status = StatusScheduled
+	}
+	return d
+}
+
+// currentRules picks the rules a new run takes: its first GetVersion is not a replay.
+func currentRules() policy.Rules { return policy.CurrentRules }
+
+// decide is the policy's decision on failure report rep of the message in state s, at now.
+// Only when the current rules and the rules they replaced disagree does it ask pick which
+// apply (the workflow asks workflow.GetVersion): a run records a version marker only when the
+// change matters to it, not one marker and search-attribute write per message.
+func decide(s *State, rep message.FailureReport, now time.Time, pick func() policy.Rules) policy.Decision {
+	u := policy.JitterFraction(JitterKey(s.WorkflowID, s.Resets), s.RetryCount+1)
+	start := s.FirstFailureAt
+	if !s.WindowStart.IsZero() {
+		start = s.WindowStart
+	}
+	// Time held by the destination's breaker is not spent retrying: the window moves on by it.
+	elapsed := max(now.Sub(start)-s.HeldFor, 0)
+	d := policy.CurrentRules.Decide(s.Policy, rep.Failure, s.RetryCount, s.MaxRetries, elapsed, u)
+	if old := policy.RulesUnknownCapEverywhere.Decide(s.Policy, rep.Failure, s.RetryCount, s.MaxRetries, elapsed, u); old != d {
+		if rules := pick(); rules != policy.CurrentRules {
+			d = rules.Decide(s.Policy, rep.Failure, s.RetryCount, s.MaxRetries, elapsed, u)
+		}
+	}
+	if !s.WindowStart.IsZero() && d.Cause == policy.CauseMaxWindow {
+		d.Reason = strings.Replace(d.Reason, "after the first failure", "after the operator's retry", 1)
+	}
+	return d
+}
+
+// rules are the decision rules of this run: the older ones for a run whose history decided
+// under them (replay finds no marker), else the current ones.
+func (r *retryRun) rules() policy.Rules {
+	if !r.includes(changeUnknownCapPerPolicy) && workflow.GetVersion(r.ctx, changeUnknownCapPerPolicy, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
+		return policy.RulesUnknownCapEverywhere
+	}
+	return policy.RulesUnknownCapPerPolicy
+}
