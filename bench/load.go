@@ -44,6 +44,9 @@ type step struct {
 	Unexpected         int `json:"unexpected_arrivals"`
 	DeadLettered       int `json:"dead_lettered"`
 	PeakIngressBacklog int `json:"peak_ingress_backlog,omitempty"`
+	// BreakerOpens is how many times the service's circuit breakers (on by default) opened
+	// during the step: retries an open breaker held are late on purpose (-1: not read).
+	BreakerOpens int `json:"breaker_opens"`
 	// Missing describes up to a few of the lost messages: sequence number and, for the
 	// pipeline, what Temporal says of their workflow, so a loss can be told from a straggler.
 	Missing []string `json:"missing,omitempty"`

@@ -583,6 +583,7 @@ func (p *pipeline) runMixed(ctx context.Context, phase, name, original string, l
 	cpu := p.cpuMeter()
 	defer cpu.close()
 	engine := newEngineMeter(ctx, p.srv.metricsURL)
+	opens := breakerOpens(ctx, p.workerHTTP)
 	start, end := pace(ctx, l.rate, l.duration, p.c.Publishers, func(ctx context.Context, seq int) {
 		p.send(ctx, original, name, seq, t)
 	})
@@ -591,7 +592,7 @@ func (p *pipeline) runMixed(ctx context.Context, phase, name, original string, l
 	t.waitAll(ctx, p.c.DrainTimeout, p.c.Delays.nominal()+p.c.DrainLimit)
 	sleep(ctx, p.c.QuietWindow+time.Second)
 
-	s := step{Phase: phase, Rate: l.rate, PeakIngressBacklog: backlog.get()}
+	s := step{Phase: phase, Rate: l.rate, PeakIngressBacklog: backlog.get(), BreakerOpens: p.opensSince(ctx, opens)}
 	cpu.record(&s)
 	engine.stop(ctx)
 	m := t.fill(&s, start, end, p.c.QuietWindow)

@@ -37,7 +37,9 @@ type pipeline struct {
 	srv *server
 	// svcs are the service's processes by role: "worker" (the all process, or the worker)
 	// and, in the split layout, "bridge".
-	svcs    map[string]*proc.Process
+	svcs map[string]*proc.Process
+	// workerHTTP is the worker process's HTTP address (its /metrics).
+	workerHTTP string
 	bcfg    broker.Config
 	pub     *broker.Publisher
 	ingress string
@@ -124,6 +126,9 @@ func (p *pipeline) start(ctx context.Context, phase string) error {
 			return fmt.Errorf("%s: %s: %w", phase, mode, err)
 		}
 		p.svcs[role] = svc
+		if role == "worker" {
+			p.workerHTTP = httpAddr
+		}
 	}
 	p.pub = broker.NewPublisher(p.bcfg, p.env.quiet)
 	return nil
@@ -204,13 +209,14 @@ func (p *pipeline) run(ctx context.Context, phase string, i int, l load) (step, 
 	cpu := p.cpuMeter()
 	defer cpu.close()
 	engine := newEngineMeter(ctx, p.srv.metricsURL)
+	opens := breakerOpens(ctx, p.workerHTTP)
 	start, end := pace(ctx, l.rate, l.duration, p.c.Publishers, func(ctx context.Context, seq int) {
 		p.send(ctx, original, name, seq, t)
 	})
 	t.waitAll(ctx, p.c.DrainTimeout, p.c.Delays.nominal()+p.c.DrainLimit)
 	sleep(ctx, p.c.QuietWindow+time.Second)
 
-	s := step{Phase: phase, Rate: l.rate, PeakIngressBacklog: backlog.get()}
+	s := step{Phase: phase, Rate: l.rate, PeakIngressBacklog: backlog.get(), BreakerOpens: p.opensSince(ctx, opens)}
 	cpu.record(&s)
 	engine.stop(ctx)
 	t.fill(&s, start, end)
@@ -233,6 +239,15 @@ func (p *pipeline) run(ctx context.Context, phase string, i int, l load) (step, 
 		s.Why = joinWhy(s.Why, "dead-lettered")
 	}
 	return s, nil
+}
+
+// opensSince is how many times the breakers opened since a count of before (-1: unknown).
+func (p *pipeline) opensSince(ctx context.Context, before int) int {
+	after := breakerOpens(ctx, p.workerHTTP)
+	if before < 0 || after < 0 {
+		return -1
+	}
+	return after - before
 }
 
 // cpuMeter measures the step's CPU: the Temporal server, the service, the bench, and on the

@@ -218,6 +218,9 @@ func (r *report) printTable(w io.Writer) {
 		if m := s.Mixed; m != nil && strings.HasPrefix(s.Phase, phaseMixed) {
 			fmt.Fprintf(w, "%s: %s\n", s.Phase, mixedLine(s, m))
 		}
+		if s.BreakerOpens > 0 {
+			fmt.Fprintf(w, "%s %d/s: the circuit breakers opened %d times (retries they held are late on purpose)\n", s.Phase, s.Rate, s.BreakerOpens)
+		}
 	}
 	sum := r.Summary
 	ceiling := fmt.Sprintf("%d/s", sum.CeilingRate)
