@@ -1,0 +1,87 @@
+//go:build integration
+
+package rabbitcluster
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// A message on a quorum queue survives the crash of the node it was published through: the
+// other two still serve it, and the crashed node rejoins when started again.
+func TestClusterSurvivesANodeCrash(t *testing.T) {
+	c := Start(t, 3)
+	require.Len(t, c.Nodes, 3)
+	running, err := c.runningNodes()
+	require.NoError(t, err)
+	assert.Len(t, running, 3)
+
+	first := dial(t, c.Nodes[0].URL)
+	ch, err := first.Channel()
+	require.NoError(t, err)
+	require.NoError(t, ch.Confirm(false))
+	_, err = ch.QueueDeclare("q", true, false, false, false, amqp.Table{"x-queue-type": "quorum"})
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, "", "q", true, false, amqp.Publishing{Body: []byte("m1"), DeliveryMode: amqp.Persistent})
+	require.NoError(t, err)
+	ok, err := dc.WaitContext(ctx)
+	require.NoError(t, err)
+	require.True(t, ok)
+
+	c.Nodes[0].Kill()
+	assert.False(t, c.Nodes[0].Running())
+
+	// Until the queue has elected a new leader, a Get fails and closes its channel (or, on a
+	// node still noticing the loss, its connection): try again on a new one.
+	var got amqp.Delivery
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		d, ok, err := getOne(c.Nodes[1].URL, "q")
+		if err == nil && ok {
+			got = d
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no message from a surviving node: ok=%v err=%v", ok, err)
+		}
+		t.Logf("get from %s: ok=%v err=%v", c.Nodes[1].Name, ok, err)
+		time.Sleep(500 * time.Millisecond)
+	}
+	assert.Equal(t, "m1", string(got.Body))
+
+	c.Nodes[0].Restart()
+	assert.True(t, c.Nodes[0].Running())
+	running, err = c.runningNodes()
+	require.NoError(t, err)
+	assert.Len(t, running, 3, "the restarted node rejoined")
+	assert.Equal(t, c.Nodes[2], c.NodeByPort(c.Nodes[2].Port))
+}
+
+func dial(t *testing.T, url string) *amqp.Connection {
+	t.Helper()
+	conn, err := amqp.Dial(url)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = conn.Close() })
+	return conn
+}
+
+// getOne gets one message from queue on a connection of its own.
+func getOne(url, queue string) (amqp.Delivery, bool, error) {
+	conn, err := amqp.Dial(url)
+	if err != nil {
+		return amqp.Delivery{}, false, err
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		return amqp.Delivery{}, false, err
+	}
+	return ch.Get(queue, true)
+}
