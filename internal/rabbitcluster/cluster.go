@@ -343,3 +343,35 @@ func distinctPort(tb testing.TB, from int, taken *[]int) int {
 		}
 	}
 }
+
+// ConsumerNodes is, for each consumer of queue, the node its client is connected to: the
+// node of its channel's process (rabbitmqctl list_consumers shows pids as <node.N.N.N>).
+func (c *Cluster) ConsumerNodes(queue string) ([]*Node, error) {
+	out, err := c.Ctl("list_consumers", "-q", "--no-table-headers", "queue_name", "channel_pid")
+	if err != nil {
+		return nil, err
+	}
+	var nodes []*Node
+	for line := range strings.Lines(string(out)) {
+		q, pid, ok := strings.Cut(strings.TrimSpace(line), "\t")
+		if !ok || q != queue {
+			continue
+		}
+		n := c.nodeOfPid(pid)
+		if n == nil {
+			return nil, fmt.Errorf("consumer of %s: channel pid %s is on no node of the cluster", queue, pid)
+		}
+		nodes = append(nodes, n)
+	}
+	return nodes, nil
+}
+
+// nodeOfPid is the node an Erlang pid printed as <name@host.N.N.N> lives on, or nil.
+func (c *Cluster) nodeOfPid(pid string) *Node {
+	for _, n := range c.Nodes {
+		if strings.HasPrefix(pid, "<"+n.Name+".") {
+			return n
+		}
+	}
+	return nil
+}

@@ -35,6 +35,16 @@ func TestClusterSurvivesANodeCrash(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, ok)
 
+	// This test's connection to node 1 consumes from q: list_consumers places it there.
+	cch, err := first.Channel()
+	require.NoError(t, err)
+	_, err = cch.Consume("q", "", false, false, false, false, amqp.Table{"x-priority": int32(-1)})
+	require.NoError(t, err)
+	nodes, err := c.ConsumerNodes("q")
+	require.NoError(t, err)
+	assert.Equal(t, []*Node{c.Nodes[0]}, nodes)
+	require.NoError(t, cch.Close()) // gives m1 back unacked, if it got it
+
 	c.Nodes[0].Kill()
 	assert.False(t, c.Nodes[0].Running())
 
