@@ -44,6 +44,9 @@ func TestClusterNodeLossUnderLoad(t *testing.T) {
 	}
 	killed, err := bridgeNode()
 	require.NoError(t, err)
+	// The service's connections (bridge and publisher) share one name; the publisher connects
+	// at its first publish.
+	svcConn := s.cfg.ServiceName + "-all"
 
 	const n = 200
 	third := make(chan struct{})
@@ -62,8 +65,11 @@ func TestClusterNodeLossUnderLoad(t *testing.T) {
 		published <- nil
 	}()
 	<-third
+	before, err := cl.ConnectionNodes(svcConn)
+	require.NoError(t, err)
 	killed.Kill()
-	t.Logf("killed %s, the bridge's node, after %d of %d publishes began", killed.Name, n/3, n)
+	t.Logf("killed %s, the bridge's node (%d of the service's %d connections), after %d of %d publishes began",
+		killed.Name, countNode(before, killed), len(before), n/3, n)
 	require.NoError(t, <-published)
 
 	keys := map[string]map[string]bool{}
@@ -95,6 +101,17 @@ func TestClusterNodeLossUnderLoad(t *testing.T) {
 		}
 		return nil
 	})
+	// Both of the service's connections are up again, on the nodes left.
+	eventually(t, time.Minute, func() error {
+		nodes, err := cl.ConnectionNodes(svcConn)
+		if err != nil {
+			return err
+		}
+		if len(nodes) != 2 || countNode(nodes, killed) > 0 {
+			return fmt.Errorf("the service's connections are on %v, want two, none on %s", nodeNames(nodes), killed.Name)
+		}
+		return nil
+	})
 	require.True(t, httpOK("http://"+s.cfg.HTTPAddr+"/readyz"), "service ready after the failover")
 	dups := len(c.all()) - n
 	t.Logf("%d messages, node %s killed mid-run: 0 lost, %d duplicates (same key); %s after the cluster was up",
@@ -115,4 +132,22 @@ func sendRetryUntil(s *stack, m message.RetryMessage, deadline time.Time) error 
 		}
 		time.Sleep(100 * time.Millisecond) // a retry's pause, not a wait for an event
 	}
+}
+
+func countNode(nodes []*rabbitcluster.Node, n *rabbitcluster.Node) int {
+	c := 0
+	for _, m := range nodes {
+		if m == n {
+			c++
+		}
+	}
+	return c
+}
+
+func nodeNames(nodes []*rabbitcluster.Node) []string {
+	names := make([]string, len(nodes))
+	for i, n := range nodes {
+		names[i] = n.Name
+	}
+	return names
 }

@@ -375,3 +375,27 @@ func (c *Cluster) nodeOfPid(pid string) *Node {
 	}
 	return nil
 }
+
+// ConnectionNodes is, for each client connection named name (its connection_name client
+// property), the node it is connected to.
+func (c *Cluster) ConnectionNodes(name string) ([]*Node, error) {
+	// The table format prints the pid as <node.N.N.N> (the JSON one does not).
+	out, err := c.Ctl("list_connections", "-q", "--no-table-headers", "pid", "client_properties")
+	if err != nil {
+		return nil, err
+	}
+	want := fmt.Sprintf(`{"connection_name",%q}`, name)
+	var nodes []*Node
+	for line := range strings.Lines(string(out)) {
+		pid, props, ok := strings.Cut(strings.TrimSpace(line), "\t")
+		if !ok || !strings.Contains(props, want) {
+			continue
+		}
+		n := c.nodeOfPid(pid)
+		if n == nil {
+			return nil, fmt.Errorf("connection %s: pid %s is on no node of the cluster", name, pid)
+		}
+		nodes = append(nodes, n)
+	}
+	return nodes, nil
+}

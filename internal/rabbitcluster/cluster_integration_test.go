@@ -4,12 +4,15 @@ package rabbitcluster
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/retry-scheduler/retry-scheduler/broker"
 )
 
 // A message on a quorum queue survives the crash of the node it was published through: the
@@ -20,6 +23,19 @@ func TestClusterSurvivesANodeCrash(t *testing.T) {
 	running, err := c.runningNodes()
 	require.NoError(t, err)
 	assert.Len(t, running, 3)
+
+	// broker.Dial over the whole list spreads connections over the nodes: twelve all on one
+	// node has odds of 1 in 59,049.
+	for range 12 {
+		conn, err := broker.Dial(broker.Config{URL: c.URLs(), ConnectionName: "spread"})
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = conn.Close() })
+	}
+	spread, err := c.ConnectionNodes("spread")
+	require.NoError(t, err)
+	require.Len(t, spread, 12)
+	slices.SortFunc(spread, func(a, b *Node) int { return a.index - b.index })
+	assert.Greater(t, len(slices.Compact(spread)), 1, "connections on more than one node")
 
 	first := dial(t, c.Nodes[0].URL)
 	ch, err := first.Channel()
