@@ -104,6 +104,7 @@ type fixture struct {
 	ingress  string
 	dlq      string
 	connName string
+	urls     string // what the bridge and its dead-letter publisher dial: broker.Config.URL
 	admin    *amqp.Connection
 	ch       *amqp.Channel
 	reporter *recordingStarter
@@ -118,9 +119,17 @@ type fixture struct {
 
 func newFixture(t *testing.T, cfg Config) *fixture {
 	t.Helper()
+	return newFixtureOn(t, cfg, brokertest.URL())
+}
+
+// newFixtureOn is newFixture with the bridge and its dead-letter publisher dialing urls (a
+// comma-separated list); the test's own connection uses the test broker.
+func newFixtureOn(t *testing.T, cfg Config, urls string) *fixture {
+	t.Helper()
 	suffix := randomHex(4)
 	f := &fixture{
 		t:        t,
+		urls:     urls,
 		ingress:  "bridge-it-" + t.Name() + "-" + suffix,
 		dlq:      "bridge-it-" + t.Name() + "-dlq-" + suffix,
 		connName: "bridge-it-" + suffix,
@@ -148,7 +157,7 @@ func newFixture(t *testing.T, cfg Config) *fixture {
 		_ = f.admin.Close()
 	})
 
-	pub := broker.NewPublisher(broker.Config{URL: brokertest.URL(), ConnectionName: f.connName + "-dlq"}, nil)
+	pub := broker.NewPublisher(broker.Config{URL: f.urls, ConnectionName: f.connName + "-dlq"}, nil)
 	t.Cleanup(func() { _ = pub.Close() })
 
 	cfg.Queue = f.ingress
@@ -168,7 +177,7 @@ func newFixture(t *testing.T, cfg Config) *fixture {
 // dial is broker.Dial with a connection name only this test uses, remembering each
 // connection so that the test can have the broker close exactly those.
 func (f *fixture) dial() (*amqp.Connection, error) {
-	c, err := broker.Dial(broker.Config{URL: brokertest.URL(), ConnectionName: f.connName})
+	c, err := broker.Dial(broker.Config{URL: f.urls, ConnectionName: f.connName})
 	if err != nil {
 		return nil, err
 	}

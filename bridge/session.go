@@ -45,6 +45,8 @@ func (b *Bridge) session(ctx context.Context) (consumed bool, err error) {
 		return false, err
 	}
 	chClosed := s.ch.NotifyClose(make(chan *amqp.Error, 1))
+	// Which node of a cluster this session is on, for following a failover in the log.
+	b.log.Info("amqp session open", "addr", conn.RemoteAddr().String(), "queue", b.cfg.Queue)
 
 	b.genMu.Lock()
 	b.gen++

@@ -15,7 +15,7 @@ import (
 
 // Config says how to reach RabbitMQ. The zero value of every field but URL has a default.
 type Config struct {
-	URL            string        // amqp:// or amqps://
+	URL            string        // amqp:// or amqps://, or a comma-separated list of them: the nodes of one cluster (Dial)
 	TLS            *tls.Config   // optional; used with amqps
 	ConnectionName string        // shows in the RabbitMQ management UI. Defaults to "retry-scheduler".
 	DialTimeout    time.Duration // TCP connect plus TLS and AMQP handshake. Defaults to 10s.

@@ -46,8 +46,8 @@ func TestRedactURL(t *testing.T) {
 // (url.Parse quotes the whole URL in its error).
 func TestDialErrorsHidePassword(t *testing.T) {
 	for raw, shown := range map[string]string{
-		"amqp://svc:topsecret%zz@127.0.0.1:1/": UnparseableURL,
-		"amqp://svc:topsecret@127.0.0.1:1/":    "svc:xxxxx@127.0.0.1:1", // nothing listens on port 1
+		"amqp://svc:topsecret%zz@127.0.0.1:1/": "not a URL",
+		"amqp://svc:topsecret@127.0.0.1:1/":    "127.0.0.1:1", // nothing listens on port 1
 	} {
 		_, err := Dial(Config{URL: raw, DialTimeout: 2 * time.Second})
 		require.Error(t, err)

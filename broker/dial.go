@@ -10,23 +10,43 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 )
 
-// Dial opens a connection with cfg's dial timeout (covering TCP connect and the TLS and AMQP
-// handshakes), heartbeat and connection name. Automatic recovery stays off (see the package doc).
-// Errors never contain the password.
+// Dial opens a connection to one of cfg's brokers (cfg.URL, a comma-separated list), trying
+// them in a random order until one accepts; the error of a failed Dial names every broker
+// tried, by host:port. Each attempt has cfg's dial timeout (covering TCP connect and the TLS
+// and AMQP handshakes); the connection has cfg's heartbeat and connection name. Automatic
+// recovery stays off (see the package doc). Errors never contain a password.
 func Dial(cfg Config) (*amqp.Connection, error) {
 	cfg = cfg.WithDefaults()
-	safeURL := RedactURL(cfg.URL)
+	urls, err := SplitURLs(cfg.URL)
+	if err != nil {
+		return nil, fmt.Errorf("parse AMQP URL: %w", err)
+	}
+	var errs []error
+	for _, u := range shuffled(urls) {
+		conn, err := dialOne(cfg, u)
+		if err == nil {
+			return conn, nil
+		}
+		errs = append(errs, err)
+	}
+	if len(errs) == 1 {
+		return nil, errs[0]
+	}
+	return nil, fmt.Errorf("no broker of %d accepted: %w", len(urls), errors.Join(errs...))
+}
 
+// dialOne opens a connection to the broker at rawURL.
+func dialOne(cfg Config, rawURL string) (*amqp.Connection, error) {
+	addr := Addr(rawURL)
 	// Parse first: url.Parse errors quote the whole URL, password included, so they must not
 	// reach a log through amqp.DialConfig.
-	if _, err := amqp.ParseURI(cfg.URL); err != nil {
+	if _, err := amqp.ParseURI(rawURL); err != nil {
 		var urlErr *url.Error
 		if errors.As(err, &urlErr) {
-			return nil, fmt.Errorf("parse AMQP URL %s: %v", safeURL, urlErr.Err)
+			return nil, fmt.Errorf("parse AMQP URL of %s: %v", addr, urlErr.Err)
 		}
-		return nil, fmt.Errorf("parse AMQP URL %s: %w", safeURL, err)
+		return nil, fmt.Errorf("parse AMQP URL of %s: %w", addr, err)
 	}
-
 	props := amqp.NewConnectionProperties()
 	props.SetClientConnectionName(cfg.ConnectionName)
 
@@ -37,7 +57,7 @@ func Dial(cfg Config) (*amqp.Connection, error) {
 	}
 
 	dialer := &net.Dialer{Timeout: cfg.DialTimeout, KeepAlive: 30 * time.Second}
-	conn, err := amqp.DialConfig(cfg.URL, amqp.Config{
+	conn, err := amqp.DialConfig(rawURL, amqp.Config{
 		Heartbeat:       cfg.Heartbeat,
 		TLSClientConfig: tlsConfig,
 		Properties:      props,
@@ -56,7 +76,7 @@ func Dial(cfg Config) (*amqp.Connection, error) {
 		},
 	})
 	if err != nil {
-		return nil, fmt.Errorf("dial %s: %w", safeURL, err)
+		return nil, fmt.Errorf("dial %s: %w", addr, err)
 	}
 	return conn, nil
 }

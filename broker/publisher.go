@@ -299,7 +299,7 @@ func (p *Publisher) connection(ctx context.Context) (*connState, error) {
 		return nil, ErrClosed
 	}
 	p.conn = cs
-	p.logger.Info("amqp connection opened", "url", RedactURL(p.cfg.URL), "connection_name", p.cfg.ConnectionName)
+	p.logger.Info("amqp connection opened", "addr", conn.RemoteAddr().String(), "connection_name", p.cfg.ConnectionName)
 	return cs, nil
 }
 
@@ -313,7 +313,7 @@ func (p *Publisher) watch(cs *connState, closes <-chan *amqp.Error, blocks <-cha
 				closes = nil
 				continue
 			}
-			p.logger.Warn("amqp connection lost; reconnecting on next publish", "url", RedactURL(p.cfg.URL), "error", e)
+			p.logger.Warn("amqp connection lost; reconnecting on next publish", "addr", cs.conn.RemoteAddr().String(), "error", e)
 		case b, ok := <-blocks:
 			if !ok {
 				blocks = nil

@@ -69,6 +69,10 @@ type Config struct {
 	// RabbitMQURL is the broker (amqp:// or amqps://). Env RABBITMQ_URL, flag
 	// -rabbitmq-url. Defaults to broker.DefaultURL.
 	RabbitMQURL string
+	// RabbitMQURLs lists the brokers, comma-separated: the nodes of one cluster, tried in a
+	// random order on each connect (RabbitMQURL takes such a list too). Env RABBITMQ_URLS,
+	// flag -rabbitmq-urls. When set, it is used in place of RabbitMQURL. Defaults to unset.
+	RabbitMQURLs string
 	// RetryQueue is the ingress queue of failed messages. Env RETRY_QUEUE, flag
 	// -retry-queue. Defaults to bridge.DefaultQueue.
 	RetryQueue string
@@ -524,4 +528,21 @@ func isTerminal(w io.Writer) bool {
 	}
 	fi, err := f.Stat()
 	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+}
+
+// BrokerURLs is the comma-separated list of broker URLs the service connects to:
+// RABBITMQ_URLS when set, else RABBITMQ_URL.
+func (c Config) BrokerURLs() string {
+	if c.RabbitMQURLs != "" {
+		return c.RabbitMQURLs
+	}
+	return c.RabbitMQURL
+}
+
+// brokerURLsEnv is the variable BrokerURLs comes from, for error messages.
+func (c Config) brokerURLsEnv() string {
+	if c.RabbitMQURLs != "" {
+		return "RABBITMQ_URLS"
+	}
+	return "RABBITMQ_URL"
 }

@@ -95,6 +95,7 @@ func TestEnvAndFlags(t *testing.T) {
 	}{
 		{"MODE", "worker", "mode", "bridge", func(c Config) any { return c.Mode }, "worker", "bridge"},
 		{"RABBITMQ_URL", "amqps://u:p@mq:5671/vh", "rabbitmq-url", "amqp://other/", func(c Config) any { return c.RabbitMQURL }, "amqps://u:p@mq:5671/vh", "amqp://other/"},
+		{"RABBITMQ_URLS", "amqp://u:p@a:5672/,amqp://u:p@b:5672/", "rabbitmq-urls", "amqp://c/", func(c Config) any { return [2]string{c.RabbitMQURLs, c.BrokerURLs()} }, [2]string{"amqp://u:p@a:5672/,amqp://u:p@b:5672/", "amqp://u:p@a:5672/,amqp://u:p@b:5672/"}, [2]string{"amqp://c/", "amqp://c/"}},
 		{"RETRY_QUEUE", "r.env", "retry-queue", "r.flag", func(c Config) any { return c.RetryQueue }, "r.env", "r.flag"},
 		{"MANUAL_REVIEW_QUEUE", "m.env", "manual-review-queue", "m.flag", func(c Config) any { return c.ManualReviewQueue }, "m.env", "m.flag"},
 		{"DEFAULT_MAX_RETRIES", "5", "default-max-retries", "0", func(c Config) any { return c.DefaultMaxRetries }, 5, 0},
@@ -238,6 +239,9 @@ func TestRefusals(t *testing.T) {
 		{"url scheme", nil, []string{"RABBITMQ_URL", "http://mq:5672/"}, `RABBITMQ_URL: scheme "http" is not amqp or amqps`},
 		{"url no host", nil, []string{"RABBITMQ_URL", "amqp:///vhost"}, `RABBITMQ_URL: no host`},
 		{"url unparseable", nil, []string{"RABBITMQ_URL", "amqp://u:secret@mq:port/"}, `RABBITMQ_URL: not a URL`},
+		{"url list empty element", nil, []string{"RABBITMQ_URL", "amqp://u:secret@a/,"}, `RABBITMQ_URL: URL 2 of 2: empty URL`},
+		{"urls scheme", nil, []string{"RABBITMQ_URLS", "amqp://u:secret@a/, http://u:secret@b:80/"}, `RABBITMQ_URLS: URL 2 of 2: scheme "http" is not amqp or amqps (b:80)`},
+		{"urls no host", nil, []string{"RABBITMQ_URLS", "amqp:///vh,amqp://u:secret@b/"}, `RABBITMQ_URLS: URL 1 of 2: no host`},
 		{"empty namespace", []string{"-namespace", ""}, nil, `TEMPORAL_NAMESPACE: must not be empty`},
 		{"empty task queue", []string{"-task-queue", ""}, nil, `TEMPORAL_TASK_QUEUE: must not be empty`},
 		{"message bytes zero", nil, []string{"MAX_MESSAGE_BYTES", "0"}, `MAX_MESSAGE_BYTES (0) must be between 1 and 1048576`},
@@ -299,6 +303,9 @@ func TestString(t *testing.T) {
 
 	c.RabbitMQURL = "amqp://u:secret@mq:port/"
 	assert.NotContains(t, c.String(), "secret")
+	c.RabbitMQURLs = "amqp://u:secret@a/, amqps://u:secret@b:5671/"
+	assert.NotContains(t, c.String(), "secret")
+	assert.Contains(t, c.String(), `RABBITMQ_URLS="amqp://u:xxxxx@a/,amqps://u:xxxxx@b:5671/"`)
 	assert.Equal(t, "(unparseable URL)", broker.RedactURL(c.RabbitMQURL))
 	assert.Equal(t, "amqp://mq/", broker.RedactURL("amqp://mq/"))
 }

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/retry-scheduler/retry-scheduler/broker"
 	"github.com/retry-scheduler/retry-scheduler/codec"
 )
 
@@ -96,8 +97,13 @@ func (c Config) validateSecurity() []error {
 
 	// RabbitMQ.
 	rabbitFiles := c.RabbitMQCAFile != "" || c.RabbitMQCertFile != "" || c.RabbitMQKeyFile != ""
-	if u, err := url.Parse(c.RabbitMQURL); err == nil && u.Scheme == "amqp" && rabbitFiles {
-		bad("RABBITMQ_CA_FILE/RABBITMQ_CERT_FILE/RABBITMQ_KEY_FILE: set, but RABBITMQ_URL is amqp://, not amqps://: the connection would not use TLS")
+	if urls, err := broker.SplitURLs(c.BrokerURLs()); err == nil && rabbitFiles {
+		for _, raw := range urls {
+			if u, err := url.Parse(raw); err == nil && u.Scheme == "amqp" {
+				bad("RABBITMQ_CA_FILE/RABBITMQ_CERT_FILE/RABBITMQ_KEY_FILE: set, but %s is amqp://, not amqps:// (%s): the connection would not use TLS", c.brokerURLsEnv(), broker.Addr(raw))
+				break
+			}
+		}
 	}
 	if _, err := c.RabbitMQTLS(); err != nil {
 		errs = append(errs, err)

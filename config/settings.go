@@ -81,7 +81,8 @@ func (s setting) load(flags map[string]given, lookupEnv func(string) (string, bo
 func (c *Config) settings() []setting {
 	s := []setting{
 		{modeEnv, "what to run: all, worker or bridge (also the first argument)", (*word)(&c.Mode)},
-		{"RABBITMQ_URL", "RabbitMQ URL (amqp:// or amqps://)", (*amqpURL)(&c.RabbitMQURL)},
+		{"RABBITMQ_URL", "RabbitMQ URL (amqp:// or amqps://), or a comma-separated list of them (see RABBITMQ_URLS)", (*amqpURL)(&c.RabbitMQURL)},
+		{"RABBITMQ_URLS", "RabbitMQ URLs, comma-separated: the nodes of a cluster, tried in a random order on each connect; when set, used in place of RABBITMQ_URL", (*amqpURL)(&c.RabbitMQURLs)},
 		{"RETRY_QUEUE", "ingress queue of failed messages", (*text)(&c.RetryQueue)},
 		{"MANUAL_REVIEW_QUEUE", "default dead-letter queue", (*text)(&c.ManualReviewQueue)},
 		{"DEFAULT_MAX_RETRIES", "max retries of the default policy", (*integer)(&c.DefaultMaxRetries)},
@@ -214,11 +215,22 @@ func ParseDuration(v string) (time.Duration, error) {
 	return time.ParseDuration(v)
 }
 
-// amqpURL is the broker's URL: shown with its password redacted.
+// amqpURL is a broker URL or a comma-separated list of them: shown with every password
+// redacted.
 type amqpURL string
 
 func (u *amqpURL) Set(v string) error { *u = amqpURL(strings.TrimSpace(v)); return nil }
-func (u *amqpURL) String() string     { return broker.RedactURL(string(*u)) }
+
+func (u *amqpURL) String() string {
+	if *u == "" {
+		return ""
+	}
+	parts := strings.Split(string(*u), ",")
+	for i, p := range parts {
+		parts[i] = broker.RedactURL(strings.TrimSpace(p))
+	}
+	return strings.Join(parts, ",")
+}
 
 // webURL is an http(s) address, kept without a trailing slash (links append paths to it).
 type webURL string

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/url"
 	"strconv"
 	"strings"
 
@@ -23,12 +22,8 @@ func (c Config) Validate() error {
 	default:
 		bad("MODE: unknown mode %q (want all, worker or bridge)", c.Mode)
 	}
-	if u, err := url.Parse(c.RabbitMQURL); err != nil {
-		bad("RABBITMQ_URL: not a URL (%v)", redactErr(err, c.RabbitMQURL))
-	} else if u.Scheme != "amqp" && u.Scheme != "amqps" {
-		bad("RABBITMQ_URL: scheme %q is not amqp or amqps", u.Scheme)
-	} else if u.Host == "" {
-		bad("RABBITMQ_URL: no host in %q", u.Redacted())
+	if _, err := broker.SplitURLs(c.BrokerURLs()); err != nil {
+		bad("%s: %w", c.brokerURLsEnv(), err)
 	}
 	queueName := func(env, name string) {
 		switch {
@@ -163,15 +158,6 @@ func (c Config) Validate() error {
 	}
 	errs = append(errs, c.validateSecurity()...)
 	return errors.Join(errs...)
-}
-
-// redactErr renders a URL parse error without the URL (it may hold a password).
-func redactErr(err error, raw string) string {
-	var ue *url.Error
-	if errors.As(err, &ue) {
-		return ue.Err.Error()
-	}
-	return strings.ReplaceAll(err.Error(), raw, "…")
 }
 
 // httpListenAddr is the address the ops HTTP server listens on: HTTP_ADDR, else every

@@ -69,6 +69,16 @@ type stack struct {
 	tc       client.Client
 	pub      *broker.Publisher
 	temporal *devserver.Server
+	// brokerURL is what the service and the test's own connections dial (a comma list for a
+	// cluster).
+	brokerURL string
+}
+
+// stackOptions change what newStackWith sets up; the zero value is the shared broker with
+// the service's default queue type.
+type stackOptions struct {
+	brokerURLs string // the service's RABBITMQ_URL (a comma list for a cluster); default brokertest.URL()
+	queueType  string // the service's QUEUE_TYPE; default the service's
 }
 
 func newStack(t *testing.T) *stack {
@@ -79,8 +89,17 @@ func newStack(t *testing.T) *stack {
 // newStackOn is newStack on a given Temporal server (one the test owns, to kill it).
 func newStackOn(t *testing.T, temporal *devserver.Server) *stack {
 	t.Helper()
+	return newStackWith(t, temporal, stackOptions{})
+}
+
+// newStackWith is newStackOn with opts.
+func newStackWith(t *testing.T, temporal *devserver.Server, opts stackOptions) *stack {
+	t.Helper()
+	if opts.brokerURLs == "" {
+		opts.brokerURLs = brokertest.URL()
+	}
 	prefix := devserver.UniqueName("e2e")
-	s := &stack{t: t, prefix: prefix, ingress: prefix + ".retry", dlq: prefix + ".dead"}
+	s := &stack{t: t, prefix: prefix, ingress: prefix + ".retry", dlq: prefix + ".dead", brokerURL: opts.brokerURLs}
 	s.temporal = temporal
 
 	dir := t.TempDir()
@@ -88,8 +107,8 @@ func newStackOn(t *testing.T, temporal *devserver.Server) *stack {
 	require.NoError(t, os.WriteFile(pf, []byte(policyFile), 0o600))
 	port, err := devserver.FreePort()
 	require.NoError(t, err)
-	cfg, err := config.Load([]string{
-		"-rabbitmq-url", brokertest.URL(),
+	args := []string{
+		"-rabbitmq-url", s.brokerURL,
 		"-temporal-address", s.temporal.Address,
 		"-namespace", s.temporal.Namespace,
 		"-task-queue", prefix,
@@ -98,16 +117,20 @@ func newStackOn(t *testing.T, temporal *devserver.Server) *stack {
 		"-policy-file", pf,
 		"-http-addr", "127.0.0.1:" + strconv.Itoa(port),
 		"-max-message-bytes", "65536",
-	}, func(string) (string, bool) { return "", false })
+	}
+	if opts.queueType != "" {
+		args = append(args, "-queue-type", opts.queueType)
+	}
+	cfg, err := config.Load(args, func(string) (string, bool) { return "", false })
 	require.NoError(t, err)
 	s.cfg = cfg
 
 	s.tc, err = client.Dial(client.Options{HostPort: s.temporal.Address, Namespace: s.temporal.Namespace, Logger: nopLogger()})
 	require.NoError(t, err)
 	t.Cleanup(s.tc.Close)
-	s.pub = broker.NewPublisher(broker.Config{URL: brokertest.URL(), ConnectionName: "e2e-test"}, discard())
+	s.pub = broker.NewPublisher(broker.Config{URL: s.brokerURL, ConnectionName: "e2e-test"}, discard())
 	t.Cleanup(func() { _ = s.pub.Close() })
-	bc := broker.Config{URL: brokertest.URL()}
+	bc := broker.Config{URL: s.brokerURL, QueueType: cfg.QueueType}
 	require.NoError(t, broker.Declare(bc, discard(), broker.Topology(bc, s.ingress, s.dlq)...))
 	t.Cleanup(func() { s.deleteQueues(s.ingress, s.dlq) })
 	return s
@@ -142,7 +165,7 @@ func (s *stack) waitReady(cfg config.Config) {
 // queue declares a durable queue owned by the test.
 func (s *stack) queue(name string, args amqp.Table) string {
 	s.t.Helper()
-	conn, err := broker.Dial(broker.Config{URL: brokertest.URL()})
+	conn, err := broker.Dial(broker.Config{URL: s.brokerURL})
 	require.NoError(s.t, err)
 	defer conn.Close()
 	ch, err := conn.Channel()
@@ -154,7 +177,7 @@ func (s *stack) queue(name string, args amqp.Table) string {
 }
 
 func (s *stack) deleteQueues(names ...string) {
-	conn, err := broker.Dial(broker.Config{URL: brokertest.URL()})
+	conn, err := broker.Dial(broker.Config{URL: s.brokerURL})
 	if err != nil {
 		return
 	}
@@ -286,7 +309,7 @@ func (s *stack) consume(queue string, onMessage func(d amqp.Delivery)) *consumer
 }
 
 func (c *consumer) session(ctx context.Context, queue string) {
-	conn, err := broker.Dial(broker.Config{URL: brokertest.URL(), ConnectionName: "e2e-consumer"})
+	conn, err := broker.Dial(broker.Config{URL: c.s.brokerURL, ConnectionName: "e2e-consumer"})
 	if err != nil {
 		return
 	}

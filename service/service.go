@@ -131,7 +131,7 @@ func Run(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 		return err
 	}
 	bcfg := broker.Config{
-		URL:            cfg.RabbitMQURL,
+		URL:            cfg.BrokerURLs(),
 		TLS:            rabbitTLS,
 		ConnectionName: cfg.ServiceName + "-" + cfg.Mode,
 		PublishTimeout: cfg.PublishTimeout,

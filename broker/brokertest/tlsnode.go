@@ -48,7 +48,7 @@ const startupTimeout = 90 * time.Second
 // killed mid-way leaves no node behind.
 func StartTLSNode(tb testing.TB) *TLSNode {
 	tb.Helper()
-	bin := rabbitBinDir()
+	bin := RabbitBinDir()
 	if bin == "" {
 		testenv.Missing(tb, "RabbitMQ is not installed (no rabbitmq-server and rabbitmqctl)")
 	}
@@ -62,8 +62,8 @@ func StartTLSNode(tb testing.TB) *TLSNode {
 
 	ca := NewCA(tb, "retry-scheduler-test-ca")
 	n := &TLSNode{CA: ca, Files: ca.WriteFiles(tb, dir), dir: dir, bin: bin}
-	n.Port = freePort(tb, 0)
-	distPort := freePort(tb, 21000) // rabbitmqctl uses distPort+10000..+10010: stay below 55525
+	n.Port = FreePort(tb, 0)
+	distPort := FreePort(tb, 21000) // rabbitmqctl uses distPort+10000..+10010: stay below 55525
 	suffix := make([]byte, 4)
 	_, _ = rand.Read(suffix)
 	n.Name = "retry-tls-test-" + hex.EncodeToString(suffix) + "@localhost"
@@ -184,9 +184,9 @@ func (n *TLSNode) stop(tb testing.TB, p *proc.Process) {
 	_ = p.Kill()
 }
 
-// rabbitBinDir finds the directory holding the real rabbitmq-server and rabbitmqctl scripts
+// RabbitBinDir finds the directory holding the real rabbitmq-server and rabbitmqctl scripts
 // (Debian's /usr/sbin wrappers switch to the rabbitmq user, which the test does not want).
-func rabbitBinDir() string {
+func RabbitBinDir() string {
 	dirs := []string{"/usr/lib/rabbitmq/bin"}
 	if p, err := exec.LookPath("rabbitmq-server"); err == nil {
 		dirs = append(dirs, filepath.Dir(p))
@@ -204,8 +204,9 @@ func isFile(p string) bool {
 	return err == nil && !st.IsDir()
 }
 
-// freePort returns a free loopback port; from > 0 searches upwards from it.
-func freePort(tb testing.TB, from int) int {
+// FreePort returns a free loopback port; from > 0 searches upwards from it (for Erlang
+// distribution ports, which must leave room above them for rabbitmqctl).
+func FreePort(tb testing.TB, from int) int {
 	tb.Helper()
 	if from == 0 {
 		l, err := net.Listen("tcp", "127.0.0.1:0")
