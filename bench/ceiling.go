@@ -81,6 +81,7 @@ func runCeiling(ctx context.Context, c options, env *environment) ([]step, error
 	defer w.Stop()
 
 	var out []step
+	var failing failStreak
 	for _, rate := range c.Steps {
 		if ctx.Err() != nil {
 			break
@@ -136,7 +137,7 @@ func runCeiling(ctx context.Context, c options, env *environment) ([]step, error
 		judge(&s, c)
 		env.progress(s)
 		out = append(out, s)
-		if !s.Pass && c.StopOnFail {
+		if failing.see(s.Pass) && c.StopOnFail {
 			break
 		}
 		// Settle so that one step's tail does not load the next.

@@ -63,7 +63,9 @@ type options struct {
 	KeepUp    float64
 	// MixedP99Target is the mixed phase's bound on the p99 lateness of each kind of retry.
 	MixedP99Target time.Duration
-	// StopOnFail ends a ceiling or ladder run at its first failing step.
+	// StopOnFail ends a ceiling or ladder run at its second failing step in a row: one step
+	// spoiled by a stall of the machine (a few late messages in one second) does not end the
+	// curve, two in a row do.
 	StopOnFail bool
 	// DrainTimeout ends the wait for the last arrivals after a step's load once nothing new
 	// has arrived for that long; DrainLimit ends it in any case. What has not arrived by then
@@ -140,7 +142,7 @@ func parseConfig(args []string, stderr io.Writer) (options, error) {
 	fs.DurationVar(&c.P99Target, "p99-target", 250*time.Millisecond, "a step passes with p99 lateness at most this")
 	fs.DurationVar(&c.MixedP99Target, "mixed-p99-target", time.Second, "mixed: passes with the p99 lateness of every kind of retry at most this")
 	fs.Float64Var(&c.KeepUp, "keep-up", 0.95, "a step passes with throughput at least this × its rate")
-	fs.BoolVar(&c.StopOnFail, "stop-on-fail", true, "end a ceiling/ladder run at its first failing step")
+	fs.BoolVar(&c.StopOnFail, "stop-on-fail", true, "end a ceiling/ladder run at its second failing step in a row")
 	fs.DurationVar(&c.DrainTimeout, "drain-timeout", 60*time.Second, "after the load, stop waiting for the last arrivals once none has come for this long (then: lost)")
 	fs.DurationVar(&c.DrainLimit, "drain-limit", 10*time.Minute, "after the load, stop waiting for the last arrivals after this long in any case")
 	fs.IntVar(&c.Publishers, "publishers", 16, "concurrent publishers (ingress) / workflow starters (ceiling)")

@@ -341,3 +341,17 @@ func (t *tracker) missing(n int) []int {
 	slices.Sort(out)
 	return out[:min(n, len(out))]
 }
+
+// failStreak counts a ceiling's or ladder's failing steps in a row.
+type failStreak int
+
+// see records a step's verdict and says whether the curve should end: its second failing
+// step in a row.
+func (f *failStreak) see(pass bool) bool {
+	if pass {
+		*f = 0
+		return false
+	}
+	*f++
+	return *f >= 2
+}

@@ -132,3 +132,12 @@ func TestParseConfigEngineAndMixed(t *testing.T) {
 	_, err = parseConfig([]string{"-engine", "mysql"}, nil)
 	assert.ErrorContains(t, err, `-engine: devserver: unknown engine "mysql"`)
 }
+
+// A curve ends at its second failing step in a row, not at a single spoiled one.
+func TestFailStreakEndsAtTheSecondFailureInARow(t *testing.T) {
+	var f failStreak
+	assert.False(t, f.see(false), "one failing step")
+	assert.False(t, f.see(true))
+	assert.False(t, f.see(false))
+	assert.True(t, f.see(false), "two in a row")
+}

@@ -66,6 +66,7 @@ func runPipeline(ctx context.Context, c options, env *environment, phase string,
 		return nil, err
 	}
 	var out []step
+	var failing failStreak
 	for i, l := range loads {
 		if ctx.Err() != nil {
 			break
@@ -76,7 +77,7 @@ func runPipeline(ctx context.Context, c options, env *environment, phase string,
 		}
 		env.progress(s)
 		out = append(out, s)
-		if phase == phaseLadder && !s.Pass && c.StopOnFail {
+		if phase == phaseLadder && failing.see(s.Pass) && c.StopOnFail {
 			break
 		}
 	}
