@@ -16,13 +16,25 @@ import (
 type session struct {
 	b       *Bridge
 	conn    *amqp.Connection
-	ch      *amqp.Channel
+	ch      channel
 	gen     uint64
 	ctx     context.Context
 	cancel  context.CancelFunc
 	results chan result
 	// bg counts goroutines running AMQP methods under rpc; they end once the connection is closed.
 	bg sync.WaitGroup
+}
+
+// channel is what a session does on its AMQP channel: *amqp.Channel's methods, named here so
+// that the loop's unit tests run it on a fake.
+type channel interface {
+	Consume(queue, consumer string, autoAck, exclusive, noLocal, noWait bool, args amqp.Table) (<-chan amqp.Delivery, error)
+	Cancel(consumer string, noWait bool) error
+	Close() error
+	NotifyClose(c chan *amqp.Error) chan *amqp.Error
+	Qos(prefetchCount, prefetchSize int, global bool) error
+	QueueDeclare(name string, durable, autoDelete, exclusive, noWait bool, args amqp.Table) (amqp.Queue, error)
+	QueueDeclarePassive(name string, durable, autoDelete, exclusive, noWait bool, args amqp.Table) (amqp.Queue, error)
 }
 
 // session runs one connection until it is lost or ctx is done. consumed says whether it got
