@@ -43,6 +43,8 @@ E2E_TIMEOUT ?= 15m
 # e2e tests the PostgreSQL pass leaves to the dev-server pass: what they check does not depend
 # on the engine (the SDK's fatal-error grace alone takes three minutes).
 E2E_POSTGRES_SKIP ?= ^TestFatalWorkerErrorEndsTheProcess$$
+# Why, in the PostgreSQL pass's skip report (each test E2E_POSTGRES_SKIP matches is listed).
+E2E_POSTGRES_SKIP_REASON ?= not run on PostgreSQL by E2E_POSTGRES_SKIP: what it checks does not depend on the engine; the dev-server pass runs it
 
 # cmd/devserver and the devserver package find the CLI through $TEMPORAL_CLI, the server
 # and schema tool through $TEMPORAL_SERVER_DIR, PostgreSQL through $TEMPORAL_POSTGRES_*.
@@ -56,7 +58,7 @@ export RABBITMQ_URL
 help: ## List the targets
 	@echo "retry-scheduler: make <target>"
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-17s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
-	@echo "Variables (make VAR=value): CACHE RABBITMQ_URL TEMPORAL TEMPORAL_PORT TEMPORAL_POSTGRES_HOST TEMPORAL_POSTGRES_PORT TEMPORAL_POSTGRES_USER FUZZ_TIME FUZZ_LONG_TIME COVERAGE_GATES INTEGRATION_TIMEOUT E2E_TIMEOUT VERSION REVISION IMAGE HISTORIES"
+	@echo "Variables (make VAR=value): CACHE RABBITMQ_URL TEMPORAL TEMPORAL_PORT TEMPORAL_POSTGRES_HOST TEMPORAL_POSTGRES_PORT TEMPORAL_POSTGRES_USER FUZZ_TIME FUZZ_LONG_TIME COVERAGE_GATES E2E_POSTGRES_SKIP E2E_POSTGRES_SKIP_REASON INTEGRATION_TIMEOUT E2E_TIMEOUT VERSION REVISION IMAGE HISTORIES"
 	@echo "Under CI=true a test whose prerequisite is missing fails instead of skipping, and any skipped test fails the run."
 
 $(TEMPORAL_CLI):
@@ -265,8 +267,13 @@ test-e2e-postgres: temporal-server rabbitmq ## e2e tests (-tags integration) aga
 	await $$tmp/addr $$pid 3000 "Temporal server $(TEMPORAL_SERVER_VERSION) on PostgreSQL" $$tmp/devserver.out || exit 1; \
 	export TEMPORAL_ADDRESS=$$(cat $$tmp/addr) TEMPORAL_ENGINE=postgres; \
 	echo "== e2e tests against Temporal $(TEMPORAL_SERVER_VERSION) on PostgreSQL at $$TEMPORAL_ADDRESS (pid $$pid; $$(sed -n 's/^Databases: //p' $$tmp/devserver.out))"; \
-	if [ -n '$(E2E_POSTGRES_SKIP)' ]; then echo "== not run on PostgreSQL, by E2E_POSTGRES_SKIP (run on the dev server above): $(E2E_POSTGRES_SKIP)"; fi; \
-	$(GO) test -race -json -tags integration -timeout $(E2E_TIMEOUT) -p 1 -skip '$(E2E_POSTGRES_SKIP)' ./e2e/ 2>&1 | $(TESTREPORT); rc=$$?; \
+	: > $$tmp/excluded; \
+	if [ -n '$(E2E_POSTGRES_SKIP)' ]; then \
+		echo "== not run on PostgreSQL, by E2E_POSTGRES_SKIP (run on the dev server above): $(E2E_POSTGRES_SKIP)"; \
+		$(GO) test -race -tags integration -list '$(E2E_POSTGRES_SKIP)' ./e2e/ > $$tmp/excluded || { cat $$tmp/excluded; exit 1; }; \
+	fi; \
+	$(GO) test -race -json -tags integration -timeout $(E2E_TIMEOUT) -p 1 -skip '$(E2E_POSTGRES_SKIP)' ./e2e/ 2>&1 \
+		| $(TESTREPORT) -excluded $$tmp/excluded -excluded-reason '$(E2E_POSTGRES_SKIP_REASON)'; rc=$$?; \
 	if [ $$rc != 0 ]; then echo "--- Temporal server log (last lines) ---"; tail -n 40 $$tmp/temporal.log; fi; \
 	exit $$rc
 

@@ -6,6 +6,10 @@
 //	go test -json -cover -coverprofile=cover.out ./... | go run ./internal/testreport \
 //	    -coverprofile cover.out -min-coverage github.com/retry-scheduler/retry-scheduler/workflows=85
 //
+// A run that leaves tests out with -skip names them with -excluded, a file of `go test -list`
+// for the same pattern, and -excluded-reason: they are listed among the skipped tests, as
+// excluded, and do not fail the run under CI=true (leaving them out is the run's decision).
+//
 // It exits 1 when a test or a build failed, when a package named by -min-coverage is below
 // its minimum (or reported no coverage), or, with -fail-on-skip (the default under
 // CI=true), when any test skipped.
@@ -25,15 +29,28 @@ func main() {
 	profile := fs.String("coverprofile", "", "coverage profile of the run, for the total")
 	var gates gateFlag
 	fs.Var(&gates, "min-coverage", "package=percent: fail when the package's coverage is below (repeatable, or comma-separated)")
+	excluded := fs.String("excluded", "", "output of go test -list PATTERN for the tests the run excludes with -skip PATTERN")
+	excludedReason := fs.String("excluded-reason", "", "why the -excluded tests are left out")
 	failOnSkip := fs.Bool("fail-on-skip", ciTrue(os.Getenv("CI")), "fail when any test skipped (default: CI set to a true value)")
 	_ = fs.Parse(os.Args[1:])
-	os.Exit(run(os.Stdin, os.Stdout, options{profile: *profile, gates: gates, failOnSkip: *failOnSkip}))
+	o := options{profile: *profile, gates: gates, failOnSkip: *failOnSkip}
+	if *excluded != "" {
+		list, err := readExcluded(*excluded, *excludedReason)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "testreport:", err)
+			os.Exit(2)
+		}
+		o.excluded = list
+	}
+	os.Exit(run(os.Stdin, os.Stdout, o))
 }
 
 type options struct {
 	profile    string
 	gates      gateFlag
 	failOnSkip bool
+	// excluded are the tests the run left out (-skip), each with its reason.
+	excluded []skip
 }
 
 // run reports the stream and returns the exit code.
@@ -44,7 +61,7 @@ func run(in io.Reader, out io.Writer, o options) int {
 		return 1
 	}
 	ok := !r.failed
-	printSkips(out, r.skips)
+	printSkips(out, append(r.skips, o.excluded...))
 	if len(r.skips) > 0 && o.failOnSkip {
 		fmt.Fprintf(out, "FAIL: %d skipped tests under CI=true: every prerequisite is installed there (make tools)\n", len(r.skips))
 		ok = false
@@ -67,18 +84,33 @@ func run(in io.Reader, out io.Writer, o options) int {
 	return 0
 }
 
+// printSkips lists the skipped tests, those the run excluded last.
 func printSkips(out io.Writer, skips []skip) {
 	if len(skips) == 0 {
 		fmt.Fprintln(out, "== skipped tests: none")
 		return
 	}
-	fmt.Fprintf(out, "== skipped tests: %d\n", len(skips))
+	excluded := 0
+	for _, s := range skips {
+		if s.excluded {
+			excluded++
+		}
+	}
+	if excluded > 0 {
+		fmt.Fprintf(out, "== skipped tests: %d (%d excluded by the run)\n", len(skips), excluded)
+	} else {
+		fmt.Fprintf(out, "== skipped tests: %d\n", len(skips))
+	}
 	for _, s := range skips {
 		reason := s.reason
 		if reason == "" {
 			reason = "(no reason given)"
 		}
-		fmt.Fprintf(out, "  SKIP %s %s: %s\n", s.pkg, s.test, reason)
+		word := "SKIP"
+		if s.excluded {
+			word = "EXCLUDED"
+		}
+		fmt.Fprintf(out, "  %s %s %s: %s\n", word, s.pkg, s.test, reason)
 	}
 }
 

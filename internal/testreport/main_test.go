@@ -115,3 +115,53 @@ func TestNonJSONLinesPassThrough(t *testing.T) {
 	run(strings.NewReader("go: downloading x v1\n"+passing()), &out, options{})
 	assert.True(t, strings.HasPrefix(out.String(), "go: downloading x v1\n"))
 }
+
+// list is `go test -list` of two packages, for the tests a run excludes with -skip.
+const list = `TestSlow
+TestSlower
+ok  	m/e2e	0.012s
+?   	m/none	[no test files]
+TestOther
+ok  	m/a	(cached)
+`
+
+func TestExcludedTestsAreListedWithTheirReason(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "excluded")
+	require.NoError(t, os.WriteFile(p, []byte(list), 0o644))
+	excluded, err := readExcluded(p, "run on the dev server only")
+	require.NoError(t, err)
+
+	var out strings.Builder
+	code := run(strings.NewReader(passing()), &out, options{excluded: excluded, failOnSkip: false})
+
+	assert.Equal(t, 0, code)
+	assert.Contains(t, out.String(), "== skipped tests: 4 (3 excluded by the run)\n"+
+		"  SKIP m/a TestTool: a_test.go:12: promtool not on PATH\n"+
+		"  EXCLUDED m/e2e TestSlow: run on the dev server only\n"+
+		"  EXCLUDED m/e2e TestSlower: run on the dev server only\n"+
+		"  EXCLUDED m/a TestOther: run on the dev server only\n")
+}
+
+func TestExcludedTestsDoNotFailTheRunUnderCI(t *testing.T) {
+	// The stream up to m/a's skipped test: a run with no skip of its own.
+	clean := passing()[:strings.Index(passing(), `{"Action":"run","Package":"m/a","Test":"TestTool"}`)]
+	excluded, err := parseList(strings.NewReader(list), "why")
+	require.NoError(t, err)
+
+	var out strings.Builder
+	assert.Equal(t, 0, run(strings.NewReader(clean), &out, options{excluded: excluded, failOnSkip: true}))
+	assert.Contains(t, out.String(), "== skipped tests: 3 (3 excluded by the run)\n")
+}
+
+func TestExcludedListRejectsWhatIsNotAList(t *testing.T) {
+	for _, bad := range []string{
+		"TestA\nFAIL\tm/e2e [build failed]\n",
+		"TestA\n",
+		"# m/e2e\ne2e/x_test.go:1: syntax error\n",
+	} {
+		_, err := parseList(strings.NewReader(bad), "why")
+		assert.Error(t, err, bad)
+	}
+	_, err := readExcluded(filepath.Join(t.TempDir(), "missing"), "why")
+	assert.Error(t, err)
+}
