@@ -28,11 +28,18 @@ func main() {
 	fs := flag.NewFlagSet("testreport", flag.ExitOnError)
 	profile := fs.String("coverprofile", "", "coverage profile of the run, for the total")
 	var gates gateFlag
-	fs.Var(&gates, "min-coverage", "package=percent: fail when the package's coverage is below (repeatable, or comma-separated)")
+	fs.Var(&gates, "min-coverage", "package=percent: fail when the package's coverage is below (repeatable, or comma-separated); total=percent gates the total")
+	gatesFile := fs.String("coverage-gates", "", "file of -min-coverage gates, one package=percent a line (# comments)")
 	excluded := fs.String("excluded", "", "output of go test -list PATTERN for the tests the run excludes with -skip PATTERN")
 	excludedReason := fs.String("excluded-reason", "", "why the -excluded tests are left out")
 	failOnSkip := fs.Bool("fail-on-skip", ciTrue(os.Getenv("CI")), "fail when any test skipped (default: CI set to a true value)")
 	_ = fs.Parse(os.Args[1:])
+	if *gatesFile != "" {
+		if err := gates.readFile(*gatesFile); err != nil {
+			fmt.Fprintln(os.Stderr, "testreport:", err)
+			os.Exit(2)
+		}
+	}
 	o := options{profile: *profile, gates: gates, failOnSkip: *failOnSkip}
 	if *excluded != "" {
 		list, err := readExcluded(*excluded, *excludedReason)
@@ -69,14 +76,8 @@ func run(in io.Reader, out io.Writer, o options) int {
 	if !checkCoverage(out, r.coverage, o.gates) {
 		ok = false
 	}
-	if o.profile != "" {
-		total, err := totalCoverage(o.profile)
-		if err != nil {
-			fmt.Fprintln(out, "testreport:", err)
-			ok = false
-		} else {
-			fmt.Fprintf(out, "== coverage: total %.1f%% of statements\n", total)
-		}
+	if !checkTotal(out, o.profile, o.gates) {
+		ok = false
 	}
 	if !ok {
 		return 1
@@ -120,6 +121,7 @@ func checkCoverage(out io.Writer, got map[string]float64, gates gateFlag) bool {
 	for _, g := range gates {
 		pct, found := got[g.pkg]
 		switch {
+		case g.pkg == totalGate: // checkTotal's
 		case !found:
 			fmt.Fprintf(out, "FAIL: coverage: %s reported no coverage (gate %.0f%%)\n", g.pkg, g.min)
 			ok = false
@@ -133,7 +135,41 @@ func checkCoverage(out io.Writer, got map[string]float64, gates gateFlag) bool {
 	return ok
 }
 
-// gate is one -min-coverage: a package and its minimum percentage.
+// checkTotal prints the total coverage of the profile, if any, and reports whether it meets
+// the total gate, if any.
+func checkTotal(out io.Writer, profile string, gates gateFlag) bool {
+	min, gated := -1.0, false
+	for _, g := range gates {
+		if g.pkg == totalGate {
+			min, gated = g.min, true
+		}
+	}
+	if profile == "" {
+		if gated {
+			fmt.Fprintf(out, "FAIL: coverage: a total gate of %.0f%% needs -coverprofile\n", min)
+		}
+		return !gated
+	}
+	total, err := totalCoverage(profile)
+	switch {
+	case err != nil:
+		fmt.Fprintln(out, "testreport:", err)
+		return false
+	case total < min:
+		fmt.Fprintf(out, "FAIL: coverage: total %.1f%% is below the gate of %.0f%%\n", total, min)
+		return false
+	case gated:
+		fmt.Fprintf(out, "== coverage: total %.1f%% of statements (gate %.0f%%)\n", total, min)
+	default:
+		fmt.Fprintf(out, "== coverage: total %.1f%% of statements\n", total)
+	}
+	return true
+}
+
+// totalGate is the name of the gate on the total coverage, every package of the run together.
+const totalGate = "total"
+
+// gate is one -min-coverage: a package (or totalGate) and its minimum percentage.
 type gate struct {
 	pkg string
 	min float64
@@ -150,6 +186,9 @@ func (g *gateFlag) String() string {
 }
 
 func (g *gateFlag) Set(v string) error {
+	if strings.TrimSpace(v) == "" {
+		return nil // no gate: make passes an empty COVERAGE_GATES
+	}
 	for _, part := range strings.Split(v, ",") {
 		pkg, pct, ok := strings.Cut(strings.TrimSpace(part), "=")
 		min, err := strconv.ParseFloat(pct, 64)
@@ -157,6 +196,25 @@ func (g *gateFlag) Set(v string) error {
 			return fmt.Errorf("%q: want package=percent", part)
 		}
 		*g = append(*g, gate{pkg, min})
+	}
+	return nil
+}
+
+// readFile adds the gates of a file: one package=percent a line; blank lines and lines
+// starting with # are skipped.
+func (g *gateFlag) readFile(path string) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("coverage gates: %w", err)
+	}
+	for n, line := range strings.Split(string(b), "\n") {
+		line = strings.TrimSpace(line)
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		if err := g.Set(line); err != nil {
+			return fmt.Errorf("coverage gates %s:%d: %w", path, n+1, err)
+		}
 	}
 	return nil
 }

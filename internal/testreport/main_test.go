@@ -83,6 +83,8 @@ func TestCoverageGate(t *testing.T) {
 		assert.Contains(t, out.String(), tc.says, tc.gate)
 	}
 	var g gateFlag
+	assert.NoError(t, g.Set(""))
+	assert.Empty(t, g)
 	assert.Error(t, g.Set("m/a"))
 	assert.Error(t, g.Set("m/a=101"))
 	assert.Error(t, g.Set("=5"))
@@ -164,4 +166,40 @@ func TestExcludedListRejectsWhatIsNotAList(t *testing.T) {
 	}
 	_, err := readExcluded(filepath.Join(t.TempDir(), "missing"), "why")
 	assert.Error(t, err)
+}
+
+func TestTotalGate(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "cover.out")
+	// 2 of 4 statements covered: 50 %.
+	require.NoError(t, os.WriteFile(p, []byte("mode: atomic\nm/a/a.go:1.1,2.2 2 1\nm/a/a.go:3.1,4.2 2 0\n"), 0o644))
+	for _, tc := range []struct {
+		gate, profile string
+		code          int
+		says          string
+	}{
+		{"total=50", p, 0, "== coverage: total 50.0% of statements (gate 50%)\n"},
+		{"total=51", p, 1, "FAIL: coverage: total 50.0% is below the gate of 51%\n"},
+		{"total=10", "", 1, "FAIL: coverage: a total gate of 10% needs -coverprofile\n"},
+	} {
+		var g gateFlag
+		require.NoError(t, g.Set(tc.gate))
+		var out strings.Builder
+		assert.Equal(t, tc.code, run(strings.NewReader(passing()), &out, options{profile: tc.profile, gates: g}), tc.gate)
+		assert.Contains(t, out.String(), tc.says, tc.gate)
+		assert.NotContains(t, out.String(), "total reported no coverage", "total is no package")
+	}
+}
+
+func TestGatesFile(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "gates")
+	require.NoError(t, os.WriteFile(p, []byte("# ratchet\nm/a=85\n\n  m/b=10  \ntotal=40\n"), 0o644))
+	var g gateFlag
+	require.NoError(t, g.readFile(p))
+	assert.Equal(t, gateFlag{{"m/a", 85}, {"m/b", 10}, {"total", 40}}, g)
+
+	require.NoError(t, os.WriteFile(p, []byte("m/a=85\nm/b\n"), 0o644))
+	err := g.readFile(p)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), ":2:", "the error names the line")
+	assert.Error(t, g.readFile(filepath.Join(t.TempDir(), "missing")))
 }
