@@ -6,6 +6,9 @@
 //	go test -json -cover -coverprofile=cover.out ./... | go run ./internal/testreport \
 //	    -coverprofile cover.out -min-coverage github.com/retry-scheduler/retry-scheduler/workflows=85
 //
+// With -coverage-gates, every package that reports a coverage must have a line in the file:
+// a gate, or "off" (a tool, a test helper), so that a new package is not left ungated.
+//
 // A run that leaves tests out with -skip names them with -excluded, a file of `go test -list`
 // for the same pattern, and -excluded-reason: they are listed among the skipped tests, as
 // excluded, and do not fail the run under CI=true (leaving them out is the run's decision).
@@ -20,6 +23,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -29,7 +33,7 @@ func main() {
 	profile := fs.String("coverprofile", "", "coverage profile of the run, for the total")
 	var gates gateFlag
 	fs.Var(&gates, "min-coverage", "package=percent: fail when the package's coverage is below (repeatable, or comma-separated); total=percent gates the total")
-	gatesFile := fs.String("coverage-gates", "", "file of -min-coverage gates, one package=percent a line (# comments)")
+	gatesFile := fs.String("coverage-gates", "", "file of gates, one package=percent (or package=off) a line, # comments: every package with statements must have one")
 	excluded := fs.String("excluded", "", "output of go test -list PATTERN for the tests the run excludes with -skip PATTERN")
 	excludedReason := fs.String("excluded-reason", "", "why the -excluded tests are left out")
 	failOnSkip := fs.Bool("fail-on-skip", ciTrue(os.Getenv("CI")), "fail when any test skipped (default: CI set to a true value)")
@@ -40,7 +44,7 @@ func main() {
 			os.Exit(2)
 		}
 	}
-	o := options{profile: *profile, gates: gates, failOnSkip: *failOnSkip}
+	o := options{profile: *profile, gates: gates, failOnSkip: *failOnSkip, everyPackage: *gatesFile != ""}
 	if *excluded != "" {
 		list, err := readExcluded(*excluded, *excludedReason)
 		if err != nil {
@@ -56,6 +60,9 @@ type options struct {
 	profile    string
 	gates      gateFlag
 	failOnSkip bool
+	// everyPackage fails a package with statements that has no gate (nor an "off" one), so
+	// that a new package cannot slip past the gates file.
+	everyPackage bool
 	// excluded are the tests the run left out (-skip), each with its reason.
 	excluded []skip
 }
@@ -74,6 +81,9 @@ func run(in io.Reader, out io.Writer, o options) int {
 		ok = false
 	}
 	if !checkCoverage(out, r.coverage, o.gates) {
+		ok = false
+	}
+	if o.everyPackage && !checkEveryPackageGated(out, r.coverage, o.gates) {
 		ok = false
 	}
 	if !checkTotal(out, o.profile, o.gates) {
@@ -121,7 +131,7 @@ func checkCoverage(out io.Writer, got map[string]float64, gates gateFlag) bool {
 	for _, g := range gates {
 		pct, found := got[g.pkg]
 		switch {
-		case g.pkg == totalGate: // checkTotal's
+		case g.pkg == totalGate, g.off: // checkTotal's; not gated
 		case !found:
 			fmt.Fprintf(out, "FAIL: coverage: %s reported no coverage (gate %.0f%%)\n", g.pkg, g.min)
 			ok = false
@@ -135,12 +145,32 @@ func checkCoverage(out io.Writer, got map[string]float64, gates gateFlag) bool {
 	return ok
 }
 
+// checkEveryPackageGated reports whether every package that reported a coverage has a gate,
+// naming those that do not.
+func checkEveryPackageGated(out io.Writer, got map[string]float64, gates gateFlag) bool {
+	gated := map[string]bool{}
+	for _, g := range gates {
+		gated[g.pkg] = true
+	}
+	var missing []string
+	for pkg := range got {
+		if !gated[pkg] {
+			missing = append(missing, pkg)
+		}
+	}
+	slices.Sort(missing)
+	for _, pkg := range missing {
+		fmt.Fprintf(out, "FAIL: coverage: %s %.1f%% has no gate: add it to the gates file (package=percent, or package=off for a tool)\n", pkg, got[pkg])
+	}
+	return len(missing) == 0
+}
+
 // checkTotal prints the total coverage of the profile, if any, and reports whether it meets
 // the total gate, if any.
 func checkTotal(out io.Writer, profile string, gates gateFlag) bool {
 	min, gated := -1.0, false
 	for _, g := range gates {
-		if g.pkg == totalGate {
+		if g.pkg == totalGate && !g.off {
 			min, gated = g.min, true
 		}
 	}
@@ -173,6 +203,8 @@ const totalGate = "total"
 type gate struct {
 	pkg string
 	min float64
+	// off: the package is known and deliberately not gated (a tool, a test helper).
+	off bool
 }
 
 type gateFlag []gate
@@ -181,6 +213,9 @@ func (g *gateFlag) String() string {
 	parts := make([]string, len(*g))
 	for i, x := range *g {
 		parts[i] = fmt.Sprintf("%s=%g", x.pkg, x.min)
+		if x.off {
+			parts[i] = x.pkg + "=off"
+		}
 	}
 	return strings.Join(parts, ",")
 }
@@ -191,11 +226,15 @@ func (g *gateFlag) Set(v string) error {
 	}
 	for _, part := range strings.Split(v, ",") {
 		pkg, pct, ok := strings.Cut(strings.TrimSpace(part), "=")
+		if ok && pkg != "" && pct == "off" {
+			*g = append(*g, gate{pkg: pkg, off: true})
+			continue
+		}
 		min, err := strconv.ParseFloat(pct, 64)
 		if !ok || pkg == "" || err != nil || min < 0 || min > 100 {
 			return fmt.Errorf("%q: want package=percent", part)
 		}
-		*g = append(*g, gate{pkg, min})
+		*g = append(*g, gate{pkg: pkg, min: min})
 	}
 	return nil
 }

@@ -195,11 +195,31 @@ func TestGatesFile(t *testing.T) {
 	require.NoError(t, os.WriteFile(p, []byte("# ratchet\nm/a=85\n\n  m/b=10  \ntotal=40\n"), 0o644))
 	var g gateFlag
 	require.NoError(t, g.readFile(p))
-	assert.Equal(t, gateFlag{{"m/a", 85}, {"m/b", 10}, {"total", 40}}, g)
+	assert.Equal(t, gateFlag{{pkg: "m/a", min: 85}, {pkg: "m/b", min: 10}, {pkg: "total", min: 40}}, g)
 
 	require.NoError(t, os.WriteFile(p, []byte("m/a=85\nm/b\n"), 0o644))
 	err := g.readFile(p)
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), ":2:", "the error names the line")
 	assert.Error(t, g.readFile(filepath.Join(t.TempDir(), "missing")))
+}
+
+func TestEveryPackageNeedsAGateOrOff(t *testing.T) {
+	// passing() reports coverage for m/a (90 %) and m/b (0 %, no test files).
+	var g gateFlag
+	require.NoError(t, g.Set("m/a=85"))
+	var out strings.Builder
+	assert.Equal(t, 1, run(strings.NewReader(passing()), &out, options{gates: g, everyPackage: true}))
+	assert.Contains(t, out.String(), "FAIL: coverage: m/b 0.0% has no gate")
+	assert.NotContains(t, out.String(), "m/a 90.0% has no gate")
+
+	require.NoError(t, g.Set("m/b=off"))
+	out.Reset()
+	assert.Equal(t, 0, run(strings.NewReader(passing()), &out, options{gates: g, everyPackage: true}), out.String())
+	assert.NotContains(t, out.String(), "coverage: m/b", "an off package is neither gated nor reported")
+	assert.Equal(t, "m/a=85,m/b=off", g.String())
+
+	out.Reset()
+	assert.Equal(t, 0, run(strings.NewReader(passing()), &out, options{gates: gateFlag{{pkg: "m/a", min: 85}}}),
+		"without a gates file, ungated packages pass")
 }
