@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -90,6 +91,9 @@ type loop struct {
 	// first one's due time.
 	waiting waitQueue
 	wake    *time.Timer
+	// wakes counts the wake-up's firings. A due entry that finds every handler busy must not
+	// set another: a timer already past fires at once, and the loop would spin on it.
+	wakes atomic.Int64
 	// holdDelay is the next wait before a probe; it doubles up to MaxBackoff.
 	holdDelay            time.Duration
 	probe                *time.Timer
@@ -139,6 +143,7 @@ func (l *loop) run(ctx context.Context) error {
 			l.dispatch(&entry{d: d})
 		case <-wake:
 			l.wake = nil
+			l.wakes.Add(1)
 		case r := <-s.results:
 			l.inflight--
 			l.onResult(r)

@@ -14,15 +14,29 @@ import (
 // outlives Run's ctx (so that in-flight reports finish on shutdown) but ends when the
 // connection is lost (an ack is impossible then).
 type session struct {
-	b       *Bridge
-	conn    *amqp.Connection
-	ch      *amqp.Channel
+	b    *Bridge
+	conn *amqp.Connection
+	ch   channel
+	// open opens a channel on conn; the unit tests open fakes.
+	open    func() (channel, error)
 	gen     uint64
 	ctx     context.Context
 	cancel  context.CancelFunc
 	results chan result
 	// bg counts goroutines running AMQP methods under rpc; they end once the connection is closed.
 	bg sync.WaitGroup
+}
+
+// channel is what a session does on its AMQP channel: *amqp.Channel's methods, named here so
+// that the loop's unit tests run it on a fake.
+type channel interface {
+	Consume(queue, consumer string, autoAck, exclusive, noLocal, noWait bool, args amqp.Table) (<-chan amqp.Delivery, error)
+	Cancel(consumer string, noWait bool) error
+	Close() error
+	NotifyClose(c chan *amqp.Error) chan *amqp.Error
+	Qos(prefetchCount, prefetchSize int, global bool) error
+	QueueDeclare(name string, durable, autoDelete, exclusive, noWait bool, args amqp.Table) (amqp.Queue, error)
+	QueueDeclarePassive(name string, durable, autoDelete, exclusive, noWait bool, args amqp.Table) (amqp.Queue, error)
 }
 
 // session runs one connection until it is lost or ctx is done. consumed says whether it got
@@ -33,6 +47,13 @@ func (b *Bridge) session(ctx context.Context) (consumed bool, err error) {
 		return false, fmt.Errorf("dial: %w", err)
 	}
 	s := &session{b: b, conn: conn, results: make(chan result, b.cfg.Workers)}
+	s.open = func() (channel, error) {
+		ch, err := conn.Channel()
+		if err != nil {
+			return nil, err // not a typed nil in the interface
+		}
+		return ch, nil
+	}
 	s.ctx, s.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	defer func() {
 		s.cancel()
@@ -61,7 +82,7 @@ func (b *Bridge) session(ctx context.Context) (consumed bool, err error) {
 // setup opens the channel, declares the queues and sets the prefetch.
 func (s *session) setup() error {
 	if err := s.rpc("open channel", func() (err error) {
-		s.ch, err = s.conn.Channel()
+		s.ch, err = s.open()
 		return err
 	}); err != nil {
 		return err
@@ -89,7 +110,7 @@ func (s *session) declare(name string, args amqp.Table) error {
 	}
 	// The refused declare closed the channel.
 	if err := s.rpc("reopen channel", func() (err error) {
-		s.ch, err = s.conn.Channel()
+		s.ch, err = s.open()
 		return err
 	}); err != nil {
 		return err

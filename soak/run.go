@@ -148,16 +148,16 @@ func run(ctx context.Context, o options) (code int, err error) {
 	}
 	defer deleteQueues(o.rabbitURL, clientPrefix+"teardown", n.all()...)
 	policyFile := filepath.Join(dir, "policies.yaml")
-	// No circuit breaker: the soak's consumer fails most first deliveries on purpose, which
-	// would open every destination's breaker and hold the retries for minutes at a time. The
-	// soak counts losses and duplicates under faults; holding is the breaker e2e tests' work.
+	// The service's defaults otherwise: the circuit breakers are on, as in production. The
+	// consumer fails most first deliveries on purpose, so they open and hold retries (a held
+	// run is still in flight for the drain and the count), and the soak checks that nothing
+	// is lost or unexpected with them.
 	policy := fmt.Sprintf(`default_policy: soak
 policies:
   soak:
     backoff: {type: schedule, delays: [%s]}
     max_retries: %d
     quiet_window: %s
-    breaker: {disabled: true}
 routes:
   - queue: "%s.*"
     policy: soak

@@ -28,7 +28,7 @@ type outcome struct {
 // live says whether the message is still on its way (neither ended nor parked).
 func (o outcome) live() bool {
 	switch workflows.Status(o.Status) {
-	case workflows.StatusScheduled, workflows.StatusRepublishing, workflows.StatusAwaitingOutcome:
+	case workflows.StatusScheduled, workflows.StatusRepublishing, workflows.StatusAwaitingOutcome, workflows.StatusHeld:
 		return true
 	}
 	return o.Status == "unknown"
@@ -145,6 +145,7 @@ type figures struct {
 	LostInFlight            int `json:"lost_in_flight_at_deadline"`
 	LostDeliveredNotTaken   int `json:"lost_delivered_but_never_taken"`
 	LostNoWorkflow          int `json:"lost_no_workflow"`
+	LostDeadNoEnvelope      int `json:"lost_dead_without_envelope"`
 	LostOther               int `json:"lost_other"`
 	WrongOutcome            int `json:"wrong_outcome"`
 	OverDelivered           int `json:"delivered_more_than_attempts"`
@@ -250,6 +251,12 @@ func judge(l *ledger, outcomes map[string]outcome, runs map[string]int, wid func
 			case 3:
 				f.DeliveredAfterRetry3++
 			}
+		case parked && !enveloped:
+			// The workflow dead-lettered it, so an envelope must be on the dead-letter queue:
+			// without one, no operator sees it there.
+			f.Lost++
+			f.LostDeadNoEnvelope++
+			bad(r, "lost", "workflow dead but no envelope reached the dead-letter queue (retry count %d)", o.RetryCount)
 		case parked || enveloped:
 		default:
 			f.Lost++

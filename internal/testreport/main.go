@@ -6,6 +6,13 @@
 //	go test -json -cover -coverprofile=cover.out ./... | go run ./internal/testreport \
 //	    -coverprofile cover.out -min-coverage github.com/retry-scheduler/retry-scheduler/workflows=85
 //
+// With -coverage-gates, every package that reports a coverage must have a line in the file:
+// a gate, or "off" (a tool, a test helper), so that a new package is not left ungated.
+//
+// A run that leaves tests out with -skip names them with -excluded, a file of `go test -list`
+// for the same pattern, and -excluded-reason: they are listed among the skipped tests, as
+// excluded, and do not fail the run under CI=true (leaving them out is the run's decision).
+//
 // It exits 1 when a test or a build failed, when a package named by -min-coverage is below
 // its minimum (or reported no coverage), or, with -fail-on-skip (the default under
 // CI=true), when any test skipped.
@@ -16,6 +23,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -24,16 +32,39 @@ func main() {
 	fs := flag.NewFlagSet("testreport", flag.ExitOnError)
 	profile := fs.String("coverprofile", "", "coverage profile of the run, for the total")
 	var gates gateFlag
-	fs.Var(&gates, "min-coverage", "package=percent: fail when the package's coverage is below (repeatable, or comma-separated)")
+	fs.Var(&gates, "min-coverage", "package=percent: fail when the package's coverage is below (repeatable, or comma-separated); total=percent gates the total")
+	gatesFile := fs.String("coverage-gates", "", "file of gates, one package=percent (or package=off) a line, # comments: every package with statements must have one")
+	excluded := fs.String("excluded", "", "output of go test -list PATTERN for the tests the run excludes with -skip PATTERN")
+	excludedReason := fs.String("excluded-reason", "", "why the -excluded tests are left out")
 	failOnSkip := fs.Bool("fail-on-skip", ciTrue(os.Getenv("CI")), "fail when any test skipped (default: CI set to a true value)")
 	_ = fs.Parse(os.Args[1:])
-	os.Exit(run(os.Stdin, os.Stdout, options{profile: *profile, gates: gates, failOnSkip: *failOnSkip}))
+	if *gatesFile != "" {
+		if err := gates.readFile(*gatesFile); err != nil {
+			fmt.Fprintln(os.Stderr, "testreport:", err)
+			os.Exit(2)
+		}
+	}
+	o := options{profile: *profile, gates: gates, failOnSkip: *failOnSkip, everyPackage: *gatesFile != ""}
+	if *excluded != "" {
+		list, err := readExcluded(*excluded, *excludedReason)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "testreport:", err)
+			os.Exit(2)
+		}
+		o.excluded = list
+	}
+	os.Exit(run(os.Stdin, os.Stdout, o))
 }
 
 type options struct {
 	profile    string
 	gates      gateFlag
 	failOnSkip bool
+	// everyPackage fails a package with statements that has no gate (nor an "off" one), so
+	// that a new package cannot slip past the gates file.
+	everyPackage bool
+	// excluded are the tests the run left out (-skip), each with its reason.
+	excluded []skip
 }
 
 // run reports the stream and returns the exit code.
@@ -44,7 +75,7 @@ func run(in io.Reader, out io.Writer, o options) int {
 		return 1
 	}
 	ok := !r.failed
-	printSkips(out, r.skips)
+	printSkips(out, append(r.skips, o.excluded...))
 	if len(r.skips) > 0 && o.failOnSkip {
 		fmt.Fprintf(out, "FAIL: %d skipped tests under CI=true: every prerequisite is installed there (make tools)\n", len(r.skips))
 		ok = false
@@ -52,14 +83,11 @@ func run(in io.Reader, out io.Writer, o options) int {
 	if !checkCoverage(out, r.coverage, o.gates) {
 		ok = false
 	}
-	if o.profile != "" {
-		total, err := totalCoverage(o.profile)
-		if err != nil {
-			fmt.Fprintln(out, "testreport:", err)
-			ok = false
-		} else {
-			fmt.Fprintf(out, "== coverage: total %.1f%% of statements\n", total)
-		}
+	if o.everyPackage && !checkEveryPackageGated(out, r.coverage, o.gates) {
+		ok = false
+	}
+	if !checkTotal(out, o.profile, o.gates) {
+		ok = false
 	}
 	if !ok {
 		return 1
@@ -67,18 +95,33 @@ func run(in io.Reader, out io.Writer, o options) int {
 	return 0
 }
 
+// printSkips lists the skipped tests, those the run excluded last.
 func printSkips(out io.Writer, skips []skip) {
 	if len(skips) == 0 {
 		fmt.Fprintln(out, "== skipped tests: none")
 		return
 	}
-	fmt.Fprintf(out, "== skipped tests: %d\n", len(skips))
+	excluded := 0
+	for _, s := range skips {
+		if s.excluded {
+			excluded++
+		}
+	}
+	if excluded > 0 {
+		fmt.Fprintf(out, "== skipped tests: %d (%d excluded by the run)\n", len(skips), excluded)
+	} else {
+		fmt.Fprintf(out, "== skipped tests: %d\n", len(skips))
+	}
 	for _, s := range skips {
 		reason := s.reason
 		if reason == "" {
 			reason = "(no reason given)"
 		}
-		fmt.Fprintf(out, "  SKIP %s %s: %s\n", s.pkg, s.test, reason)
+		word := "SKIP"
+		if s.excluded {
+			word = "EXCLUDED"
+		}
+		fmt.Fprintf(out, "  %s %s %s: %s\n", word, s.pkg, s.test, reason)
 	}
 }
 
@@ -88,6 +131,7 @@ func checkCoverage(out io.Writer, got map[string]float64, gates gateFlag) bool {
 	for _, g := range gates {
 		pct, found := got[g.pkg]
 		switch {
+		case g.pkg == totalGate, g.off: // checkTotal's; not gated
 		case !found:
 			fmt.Fprintf(out, "FAIL: coverage: %s reported no coverage (gate %.0f%%)\n", g.pkg, g.min)
 			ok = false
@@ -101,10 +145,66 @@ func checkCoverage(out io.Writer, got map[string]float64, gates gateFlag) bool {
 	return ok
 }
 
-// gate is one -min-coverage: a package and its minimum percentage.
+// checkEveryPackageGated reports whether every package that reported a coverage has a gate,
+// naming those that do not.
+func checkEveryPackageGated(out io.Writer, got map[string]float64, gates gateFlag) bool {
+	gated := map[string]bool{}
+	for _, g := range gates {
+		gated[g.pkg] = true
+	}
+	var missing []string
+	for pkg := range got {
+		if !gated[pkg] {
+			missing = append(missing, pkg)
+		}
+	}
+	slices.Sort(missing)
+	for _, pkg := range missing {
+		fmt.Fprintf(out, "FAIL: coverage: %s %.1f%% has no gate: add it to the gates file (package=percent, or package=off for a tool)\n", pkg, got[pkg])
+	}
+	return len(missing) == 0
+}
+
+// checkTotal prints the total coverage of the profile, if any, and reports whether it meets
+// the total gate, if any.
+func checkTotal(out io.Writer, profile string, gates gateFlag) bool {
+	min, gated := -1.0, false
+	for _, g := range gates {
+		if g.pkg == totalGate && !g.off {
+			min, gated = g.min, true
+		}
+	}
+	if profile == "" {
+		if gated {
+			fmt.Fprintf(out, "FAIL: coverage: a total gate of %.0f%% needs -coverprofile\n", min)
+		}
+		return !gated
+	}
+	total, err := totalCoverage(profile)
+	switch {
+	case err != nil:
+		fmt.Fprintln(out, "testreport:", err)
+		return false
+	case total < min:
+		fmt.Fprintf(out, "FAIL: coverage: total %.1f%% is below the gate of %.0f%%\n", total, min)
+		return false
+	case gated:
+		fmt.Fprintf(out, "== coverage: total %.1f%% of statements (gate %.0f%%)\n", total, min)
+	default:
+		fmt.Fprintf(out, "== coverage: total %.1f%% of statements\n", total)
+	}
+	return true
+}
+
+// totalGate is the name of the gate on the total coverage, every package of the run together.
+const totalGate = "total"
+
+// gate is one -min-coverage: a package (or totalGate) and its minimum percentage.
 type gate struct {
 	pkg string
 	min float64
+	// off: the package is known and deliberately not gated (a tool, a test helper).
+	off bool
 }
 
 type gateFlag []gate
@@ -113,18 +213,47 @@ func (g *gateFlag) String() string {
 	parts := make([]string, len(*g))
 	for i, x := range *g {
 		parts[i] = fmt.Sprintf("%s=%g", x.pkg, x.min)
+		if x.off {
+			parts[i] = x.pkg + "=off"
+		}
 	}
 	return strings.Join(parts, ",")
 }
 
 func (g *gateFlag) Set(v string) error {
+	if strings.TrimSpace(v) == "" {
+		return nil // no gate: make passes an empty COVERAGE_GATES
+	}
 	for _, part := range strings.Split(v, ",") {
 		pkg, pct, ok := strings.Cut(strings.TrimSpace(part), "=")
+		if ok && pkg != "" && pct == "off" {
+			*g = append(*g, gate{pkg: pkg, off: true})
+			continue
+		}
 		min, err := strconv.ParseFloat(pct, 64)
 		if !ok || pkg == "" || err != nil || min < 0 || min > 100 {
 			return fmt.Errorf("%q: want package=percent", part)
 		}
-		*g = append(*g, gate{pkg, min})
+		*g = append(*g, gate{pkg: pkg, min: min})
+	}
+	return nil
+}
+
+// readFile adds the gates of a file: one package=percent a line; blank lines and lines
+// starting with # are skipped.
+func (g *gateFlag) readFile(path string) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("coverage gates: %w", err)
+	}
+	for n, line := range strings.Split(string(b), "\n") {
+		line = strings.TrimSpace(line)
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		if err := g.Set(line); err != nil {
+			return fmt.Errorf("coverage gates %s:%d: %w", path, n+1, err)
+		}
 	}
 	return nil
 }

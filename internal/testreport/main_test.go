@@ -83,6 +83,8 @@ func TestCoverageGate(t *testing.T) {
 		assert.Contains(t, out.String(), tc.says, tc.gate)
 	}
 	var g gateFlag
+	assert.NoError(t, g.Set(""))
+	assert.Empty(t, g)
 	assert.Error(t, g.Set("m/a"))
 	assert.Error(t, g.Set("m/a=101"))
 	assert.Error(t, g.Set("=5"))
@@ -114,4 +116,110 @@ func TestNonJSONLinesPassThrough(t *testing.T) {
 	var out strings.Builder
 	run(strings.NewReader("go: downloading x v1\n"+passing()), &out, options{})
 	assert.True(t, strings.HasPrefix(out.String(), "go: downloading x v1\n"))
+}
+
+// list is `go test -list` of two packages, for the tests a run excludes with -skip.
+const list = `TestSlow
+TestSlower
+ok  	m/e2e	0.012s
+?   	m/none	[no test files]
+TestOther
+ok  	m/a	(cached)
+`
+
+func TestExcludedTestsAreListedWithTheirReason(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "excluded")
+	require.NoError(t, os.WriteFile(p, []byte(list), 0o644))
+	excluded, err := readExcluded(p, "run on the dev server only")
+	require.NoError(t, err)
+
+	var out strings.Builder
+	code := run(strings.NewReader(passing()), &out, options{excluded: excluded, failOnSkip: false})
+
+	assert.Equal(t, 0, code)
+	assert.Contains(t, out.String(), "== skipped tests: 4 (3 excluded by the run)\n"+
+		"  SKIP m/a TestTool: a_test.go:12: promtool not on PATH\n"+
+		"  EXCLUDED m/e2e TestSlow: run on the dev server only\n"+
+		"  EXCLUDED m/e2e TestSlower: run on the dev server only\n"+
+		"  EXCLUDED m/a TestOther: run on the dev server only\n")
+}
+
+func TestExcludedTestsDoNotFailTheRunUnderCI(t *testing.T) {
+	// The stream up to m/a's skipped test: a run with no skip of its own.
+	clean := passing()[:strings.Index(passing(), `{"Action":"run","Package":"m/a","Test":"TestTool"}`)]
+	excluded, err := parseList(strings.NewReader(list), "why")
+	require.NoError(t, err)
+
+	var out strings.Builder
+	assert.Equal(t, 0, run(strings.NewReader(clean), &out, options{excluded: excluded, failOnSkip: true}))
+	assert.Contains(t, out.String(), "== skipped tests: 3 (3 excluded by the run)\n")
+}
+
+func TestExcludedListRejectsWhatIsNotAList(t *testing.T) {
+	for _, bad := range []string{
+		"TestA\nFAIL\tm/e2e [build failed]\n",
+		"TestA\n",
+		"# m/e2e\ne2e/x_test.go:1: syntax error\n",
+	} {
+		_, err := parseList(strings.NewReader(bad), "why")
+		assert.Error(t, err, bad)
+	}
+	_, err := readExcluded(filepath.Join(t.TempDir(), "missing"), "why")
+	assert.Error(t, err)
+}
+
+func TestTotalGate(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "cover.out")
+	// 2 of 4 statements covered: 50 %.
+	require.NoError(t, os.WriteFile(p, []byte("mode: atomic\nm/a/a.go:1.1,2.2 2 1\nm/a/a.go:3.1,4.2 2 0\n"), 0o644))
+	for _, tc := range []struct {
+		gate, profile string
+		code          int
+		says          string
+	}{
+		{"total=50", p, 0, "== coverage: total 50.0% of statements (gate 50%)\n"},
+		{"total=51", p, 1, "FAIL: coverage: total 50.0% is below the gate of 51%\n"},
+		{"total=10", "", 1, "FAIL: coverage: a total gate of 10% needs -coverprofile\n"},
+	} {
+		var g gateFlag
+		require.NoError(t, g.Set(tc.gate))
+		var out strings.Builder
+		assert.Equal(t, tc.code, run(strings.NewReader(passing()), &out, options{profile: tc.profile, gates: g}), tc.gate)
+		assert.Contains(t, out.String(), tc.says, tc.gate)
+		assert.NotContains(t, out.String(), "total reported no coverage", "total is no package")
+	}
+}
+
+func TestGatesFile(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "gates")
+	require.NoError(t, os.WriteFile(p, []byte("# ratchet\nm/a=85\n\n  m/b=10  \ntotal=40\n"), 0o644))
+	var g gateFlag
+	require.NoError(t, g.readFile(p))
+	assert.Equal(t, gateFlag{{pkg: "m/a", min: 85}, {pkg: "m/b", min: 10}, {pkg: "total", min: 40}}, g)
+
+	require.NoError(t, os.WriteFile(p, []byte("m/a=85\nm/b\n"), 0o644))
+	err := g.readFile(p)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), ":2:", "the error names the line")
+	assert.Error(t, g.readFile(filepath.Join(t.TempDir(), "missing")))
+}
+
+func TestEveryPackageNeedsAGateOrOff(t *testing.T) {
+	// passing() reports coverage for m/a (90 %) and m/b (0 %, no test files).
+	var g gateFlag
+	require.NoError(t, g.Set("m/a=85"))
+	var out strings.Builder
+	assert.Equal(t, 1, run(strings.NewReader(passing()), &out, options{gates: g, everyPackage: true}))
+	assert.Contains(t, out.String(), "FAIL: coverage: m/b 0.0% has no gate")
+	assert.NotContains(t, out.String(), "m/a 90.0% has no gate")
+
+	require.NoError(t, g.Set("m/b=off"))
+	out.Reset()
+	assert.Equal(t, 0, run(strings.NewReader(passing()), &out, options{gates: g, everyPackage: true}), out.String())
+	assert.NotContains(t, out.String(), "coverage: m/b", "an off package is neither gated nor reported")
+	assert.Equal(t, "m/a=85,m/b=off", g.String())
+
+	out.Reset()
+	assert.Equal(t, 0, run(strings.NewReader(passing()), &out, options{gates: gateFlag{{pkg: "m/a", min: 85}}}),
+		"without a gates file, ungated packages pass")
 }

@@ -18,9 +18,11 @@ type event struct {
 	Output  string
 }
 
-// skip is a skipped test and the lines it logged (t.Skip's message among them).
+// skip is a skipped test and the lines it logged (t.Skip's message among them), or a test
+// the run excluded (-skip), with the reason it was excluded.
 type skip struct {
 	pkg, test, reason string
+	excluded          bool
 }
 
 // result is what the stream said.
