@@ -40,10 +40,10 @@ type pipeline struct {
 	svcs map[string]*proc.Process
 	// workerHTTP is the worker process's HTTP address (its /metrics).
 	workerHTTP string
-	bcfg    broker.Config
-	pub     *broker.Publisher
-	ingress string
-	dlq     string
+	bcfg       broker.Config
+	pub        *broker.Publisher
+	ingress    string
+	dlq        string
 }
 
 // payload is the body of each bench message: its sequence number and send time, so a
