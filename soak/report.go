@@ -163,14 +163,3 @@ func machineInfo(engine devserver.Engine) map[string]any {
 func quietSDKLogger() sdklog.Logger {
 	return sdklog.NewStructuredLogger(slog.New(slog.DiscardHandler))
 }
-
-// checkoutCommit is the commit of the checkout the soak runs in, and whether it has
-// uncommitted changes; "unknown" when git cannot tell.
-func checkoutCommit() (commit string, dirty bool) {
-	out, err := exec.Command("git", "rev-parse", "HEAD").Output()
-	if err != nil {
-		return "unknown", false
-	}
-	status, err := exec.Command("git", "status", "--porcelain", "--untracked-files=no").Output()
-	return strings.TrimSpace(string(out)), err == nil && len(strings.TrimSpace(string(status))) > 0
-}

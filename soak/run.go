@@ -15,6 +15,7 @@ import (
 	"github.com/retry-scheduler/retry-scheduler/broker"
 	"github.com/retry-scheduler/retry-scheduler/config"
 	"github.com/retry-scheduler/retry-scheduler/devserver"
+	"github.com/retry-scheduler/retry-scheduler/internal/checkout"
 	"github.com/retry-scheduler/retry-scheduler/message"
 )
 
@@ -365,7 +366,7 @@ drain:
 	}
 	f.ProcessKills = f.WorkerKills + f.BridgeKills + f.TemporalKills
 
-	commit, dirty := checkoutCommit()
+	commit, dirty := checkout.Describe()
 	rep := report{
 		Commit: commit, Dirty: dirty,
 		RunID: n.id, Command: commandLine(), Started: started, Elapsed: time.Since(started).Round(time.Second).String(),
