@@ -6,6 +6,7 @@ package alerts
 import (
 	"os"
 	"os/exec"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -23,6 +24,11 @@ const (
 	runbooks    = "../docs/runbooks.md"
 	runbookBase = "https://github.com/retry-scheduler/retry-scheduler/blob/main/docs/runbooks.md#"
 )
+
+// thresholdPrefix names the recorded constants the tunable alerts compare against.
+const thresholdPrefix = "retry_scheduler:threshold:"
+
+var thresholdValue = regexp.MustCompile(`^vector\([0-9]+(\.[0-9]+)?\)$`)
 
 type ruleFile struct {
 	Groups []struct {
@@ -78,6 +84,8 @@ func TestRulesFile(t *testing.T) {
 	records := map[string]bool{}
 	alerts := map[string]string{} // name -> expr
 	fors := map[string]string{}   // name -> for
+	severities := map[string]string{}
+	thresholds := map[string]string{} // recorded threshold -> its constant
 	for _, g := range f.Groups {
 		for _, r := range g.Rules {
 			if (r.Record == "") == (r.Alert == "") {
@@ -99,8 +107,15 @@ func TestRulesFile(t *testing.T) {
 			}
 			if r.Record != "" {
 				records[r.Record] = true
+				if strings.HasPrefix(r.Record, thresholdPrefix) {
+					if !thresholdValue.MatchString(strings.TrimSpace(r.Expr)) {
+						t.Errorf("%s: expr %q, want a constant vector(N)", r.Record, r.Expr)
+					}
+					thresholds[r.Record] = strings.TrimSpace(r.Expr)
+				}
 				continue
 			}
+			severities[r.Alert] = r.Labels["severity"]
 			alerts[r.Alert] = r.Expr
 			fors[r.Alert] = r.For
 			if _, err := time.ParseDuration(r.For); err != nil {
@@ -162,9 +177,36 @@ func TestRulesFile(t *testing.T) {
 	}
 
 	// A breaker that holds a destination's retries (open or half-open; paused is an
-	// operator's choice) for longer than 15 minutes.
+	// operator's choice) for longer than 15 minutes: its destination is down, which pages.
 	if expr := alerts["RetrySchedulerBreakerOpen"]; !strings.Contains(expr, `breaker_state{state=~"open|half-open"}`) || fors["RetrySchedulerBreakerOpen"] != "15m" {
 		t.Errorf("RetrySchedulerBreakerOpen: expr %q for %q, want open or half-open for 15m", expr, fors["RetrySchedulerBreakerOpen"])
+	}
+	if s := severities["RetrySchedulerBreakerOpen"]; s != "critical" {
+		t.Errorf("RetrySchedulerBreakerOpen: severity %q, want critical", s)
+	}
+
+	// The tunable thresholds: each recorded once as a constant, with its default, and
+	// compared against by its alert.
+	for name, want := range map[string]struct{ threshold, value string }{
+		"RetrySchedulerDeadLettersWaiting": {"retry_scheduler:threshold:dead_letters_waiting", "vector(50)"},
+		"RetrySchedulerRetryRateHigh":      {"retry_scheduler:threshold:retries_per_second", "vector(5)"},
+		"RetrySchedulerIngressBacklog":     {"retry_scheduler:threshold:ingress_backlog_messages", "vector(1000)"},
+	} {
+		if got := thresholds[want.threshold]; got != want.value {
+			t.Errorf("threshold %s = %q, want %q", want.threshold, got, want.value)
+		}
+		if expr, ok := alerts[name]; !ok || !strings.HasSuffix(strings.TrimSpace(expr), " "+want.threshold) {
+			t.Errorf("%s: expr %q does not compare against %s", name, expr, want.threshold)
+		}
+	}
+	for name := range thresholds {
+		used := false
+		for _, expr := range alerts {
+			used = used || strings.Contains(expr, name)
+		}
+		if !used {
+			t.Errorf("threshold %s is no alert's", name)
+		}
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"hash/fnv"
+	"io"
 	"log/slog"
 	"sync/atomic"
 	"time"
@@ -24,34 +25,71 @@ const (
 	demoPayments = "demo.payments"
 )
 
-// demo produces messages onto two demo queues and consumes them with a flaky consumer.
-func demo(ctx context.Context, args []string, logger *slog.Logger) error {
+// demoOptions are demo's command line.
+type demoOptions struct {
+	url, ingress    string
+	count           int
+	every, duration time.Duration
+	// orders and payments are the demo queues' names: demoOrders and demoPayments (tests
+	// use their own).
+	orders, payments string
+}
+
+// parseDemo reads demo's flags; the defaults of the broker and the ingress queue come from
+// the service's environment variables.
+func parseDemo(args []string, stderr io.Writer) (demoOptions, error) {
+	o := demoOptions{orders: demoOrders, payments: demoPayments}
 	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
-	url := fs.String("rabbitmq-url", envOr("RABBITMQ_URL", broker.DefaultURL), "broker URL (env RABBITMQ_URL)")
-	ingress := fs.String("queue", envOr("RETRY_QUEUE", bridge.DefaultQueue), "ingress queue (env RETRY_QUEUE)")
-	count := fs.Int("n", 20, "messages to produce")
-	every := fs.Duration("every", 500*time.Millisecond, "time between produced messages")
-	duration := fs.Duration("duration", 90*time.Second, "how long to run the consumer")
-	if err := fs.Parse(args); err != nil {
-		return err
+	fs.SetOutput(stderr)
+	fs.StringVar(&o.url, "rabbitmq-url", envOr("RABBITMQ_URL", broker.DefaultURL), "broker URL (env RABBITMQ_URL)")
+	fs.StringVar(&o.ingress, "queue", envOr("RETRY_QUEUE", bridge.DefaultQueue), "ingress queue (env RETRY_QUEUE)")
+	fs.IntVar(&o.count, "n", 20, "messages to produce")
+	fs.DurationVar(&o.every, "every", 500*time.Millisecond, "time between produced messages")
+	fs.DurationVar(&o.duration, "duration", 90*time.Second, "how long to run the consumer")
+	if err := parseFlags(fs, args); err != nil {
+		return o, err
 	}
-	cfg := broker.Config{URL: *url, ConnectionName: "retry-scheduler-demo"}
-	conn, err := broker.Dial(cfg)
+	switch {
+	case o.ingress == "":
+		return o, usagef("demo: -queue is empty")
+	case o.count < 0:
+		return o, usagef("demo: -n %d is negative", o.count)
+	case o.every < 0:
+		return o, usagef("demo: -every %s is negative", o.every)
+	case o.duration <= 0:
+		return o, usagef("demo: -duration %s is not positive", o.duration)
+	}
+	return o, nil
+}
+
+// demo produces messages onto two demo queues and consumes them with a flaky consumer.
+func demo(ctx context.Context, args []string, stdout, stderr io.Writer, logger *slog.Logger) error {
+	o, err := parseDemo(args, stderr)
 	if err != nil {
 		return err
+	}
+	return runDemo(ctx, o, stdout, logger)
+}
+
+// runDemo runs the demo o describes until o.duration has passed or ctx ends.
+func runDemo(ctx context.Context, o demoOptions, stdout io.Writer, logger *slog.Logger) error {
+	cfg := broker.Config{URL: o.url, ConnectionName: "retry-scheduler-demo"}
+	conn, err := broker.Dial(cfg)
+	if err != nil {
+		return fmt.Errorf("connect to the broker: %w", err)
 	}
 	defer conn.Close()
 	ch, err := conn.Channel()
 	if err != nil {
 		return fmt.Errorf("open channel: %w", err)
 	}
-	if _, err := ch.QueueDeclare(demoOrders, true, false, false, false, nil); err != nil {
-		return fmt.Errorf("declare %s: %w", demoOrders, err)
+	if _, err := ch.QueueDeclare(o.orders, true, false, false, false, nil); err != nil {
+		return fmt.Errorf("declare %s: %w", o.orders, err)
 	}
-	if _, err := ch.QueueDeclare(demoPayments, true, false, false, false, amqp.Table{
-		"x-dead-letter-exchange": "", "x-dead-letter-routing-key": *ingress,
+	if _, err := ch.QueueDeclare(o.payments, true, false, false, false, amqp.Table{
+		"x-dead-letter-exchange": "", "x-dead-letter-routing-key": o.ingress,
 	}); err != nil {
-		return fmt.Errorf("declare %s: %w", demoPayments, err)
+		return fmt.Errorf("declare %s: %w", o.payments, err)
 	}
 	if err := ch.Qos(8, 0, false); err != nil {
 		return fmt.Errorf("set qos: %w", err)
@@ -59,21 +97,21 @@ func demo(ctx context.Context, args []string, logger *slog.Logger) error {
 	pub := broker.NewPublisher(cfg, logger)
 	defer pub.Close()
 
-	ctx, cancel := context.WithTimeout(ctx, *duration)
+	ctx, cancel := context.WithTimeout(ctx, o.duration)
 	defer cancel()
 	var stats demoStats
-	for _, q := range []string{demoOrders, demoPayments} {
+	for role, q := range map[string]string{demoOrders: o.orders, demoPayments: o.payments} {
 		deliveries, err := ch.Consume(q, "", false, false, false, false, nil)
 		if err != nil {
 			return fmt.Errorf("consume %s: %w", q, err)
 		}
-		go consumeFlaky(ctx, q, deliveries, pub, *ingress, &stats, logger)
+		go consumeFlaky(ctx, role, q, deliveries, pub, o.ingress, &stats, logger)
 	}
 	go func() {
-		for i := 1; i <= *count && ctx.Err() == nil; i++ {
-			q := demoOrders
+		for i := 1; i <= o.count && ctx.Err() == nil; i++ {
+			q := o.orders
 			if i%3 == 0 {
-				q = demoPayments
+				q = o.payments
 			}
 			id := fmt.Sprintf("demo-%d-%d", time.Now().Unix(), i)
 			body := fmt.Sprintf(`{"order":%d}`, i)
@@ -85,22 +123,22 @@ func demo(ctx context.Context, args []string, logger *slog.Logger) error {
 			}
 			select {
 			case <-ctx.Done():
-			case <-time.After(*every):
+			case <-time.After(o.every):
 			}
 		}
 	}()
-	fmt.Printf("demo: producing %d messages onto %s and %s; watch http://127.0.0.1:8233 (Temporal Web UI)\n", *count, demoOrders, demoPayments)
+	fmt.Fprintf(stdout, "demo: producing %d messages onto %s and %s; watch http://127.0.0.1:8233 (Temporal Web UI)\n", o.count, o.orders, o.payments)
 	<-ctx.Done()
-	fmt.Printf("demo: consumed %d, succeeded %d, failed transiently %d, failed permanently %d\n",
+	fmt.Fprintf(stdout, "demo: consumed %d, succeeded %d, failed transiently %d, failed permanently %d\n",
 		stats.consumed.Load(), stats.ok.Load(), stats.transient.Load(), stats.permanent.Load())
 	return nil
 }
 
 type demoStats struct{ consumed, ok, transient, permanent atomic.Int64 }
 
-// consumeFlaky fails a deterministic share of deliveries: on orders 1 in 10 permanently and
-// the first two attempts of 4 in 10 transiently; on payments the first attempt of every message.
-func consumeFlaky(ctx context.Context, queue string, deliveries <-chan amqp.Delivery, pub *broker.Publisher, ingress string, st *demoStats, logger *slog.Logger) {
+// consumeFlaky fails a deterministic share of the deliveries of queue, which plays role
+// (demoOrders or demoPayments): see flakyOutcome.
+func consumeFlaky(ctx context.Context, role, queue string, deliveries <-chan amqp.Delivery, pub *broker.Publisher, ingress string, st *demoStats, logger *slog.Logger) {
 	for {
 		select {
 		case <-ctx.Done():
@@ -112,18 +150,15 @@ func consumeFlaky(ctx context.Context, queue string, deliveries <-chan amqp.Deli
 			st.consumed.Add(1)
 			n, _ := message.HeaderInt64(d.Headers[message.HeaderRetryCount]) // absent on a first delivery: 0
 			attempt := int(n)
-			h := fnv.New32a()
-			h.Write([]byte(d.MessageId))
-			roll := h.Sum32() % 10
-			switch {
-			case queue == demoPayments && attempt == 0:
+			switch flakyOutcome(role, d.MessageId, attempt) {
+			case rejected:
 				st.transient.Add(1)
 				_ = d.Reject(false) // dead-lettered by RabbitMQ to the scheduler
-			case queue == demoOrders && roll == 0:
+			case failedPermanently:
 				st.permanent.Add(1)
 				reportFailure(ctx, pub, ingress, d, queue, attempt, "400 invalid order", 400, logger)
 				_ = d.Ack(false)
-			case queue == demoOrders && roll < 5 && attempt < 2:
+			case failedTransiently:
 				st.transient.Add(1)
 				reportFailure(ctx, pub, ingress, d, queue, attempt, "503 from inventory", 503, logger)
 				_ = d.Ack(false)
@@ -134,6 +169,35 @@ func consumeFlaky(ctx context.Context, queue string, deliveries <-chan amqp.Deli
 			logger.Info("demo consumer", "queue", queue, "message_id", d.MessageId, "x_retry_count", attempt)
 		}
 	}
+}
+
+// outcome is what the flaky consumer does with a delivery.
+type outcome int
+
+const (
+	succeeded         outcome = iota
+	rejected                  // nacked without requeue: RabbitMQ dead-letters it to the ingress
+	failedTransiently         // reported as a 503
+	failedPermanently         // reported as a 400
+)
+
+// flakyOutcome is the demo consumer's deterministic decision for the delivery of messageID
+// on the queue playing role, after attempt retries: on orders 1 message in 10 (by a hash of its id) fails
+// permanently and 4 in 10 fail their first two attempts; on payments every first attempt is
+// rejected.
+func flakyOutcome(role, messageID string, attempt int) outcome {
+	h := fnv.New32a()
+	h.Write([]byte(messageID))
+	roll := h.Sum32() % 10
+	switch {
+	case role == demoPayments && attempt == 0:
+		return rejected
+	case role == demoOrders && roll == 0:
+		return failedPermanently
+	case role == demoOrders && roll < 5 && attempt < 2:
+		return failedTransiently
+	}
+	return succeeded
 }
 
 func reportFailure(ctx context.Context, pub *broker.Publisher, ingress string, d amqp.Delivery, queue string, attempt int, reason string, status int, logger *slog.Logger) {

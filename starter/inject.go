@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"time"
 
@@ -15,12 +16,21 @@ import (
 	"github.com/retry-scheduler/retry-scheduler/message"
 )
 
-// inject publishes one RetryMessage to the ingress queue, with a publisher confirm.
-func inject(ctx context.Context, args []string, logger *slog.Logger) error {
+// injectOptions are inject's command line: where to publish, and the RetryMessage.
+type injectOptions struct {
+	url, ingress string
+	msg          message.RetryMessage
+}
+
+// parseInject reads inject's flags; the defaults of the broker and the ingress queue come
+// from the service's environment variables.
+func parseInject(args []string, stderr io.Writer) (injectOptions, error) {
+	var o injectOptions
 	fs := flag.NewFlagSet("inject", flag.ContinueOnError)
-	url := fs.String("rabbitmq-url", envOr("RABBITMQ_URL", broker.DefaultURL), "broker URL (env RABBITMQ_URL)")
-	ingress := fs.String("queue", envOr("RETRY_QUEUE", bridge.DefaultQueue), "ingress queue (env RETRY_QUEUE)")
-	var m message.RetryMessage
+	fs.SetOutput(stderr)
+	fs.StringVar(&o.url, "rabbitmq-url", envOr("RABBITMQ_URL", broker.DefaultURL), "broker URL (env RABBITMQ_URL)")
+	fs.StringVar(&o.ingress, "queue", envOr("RETRY_QUEUE", bridge.DefaultQueue), "ingress queue (env RETRY_QUEUE)")
+	m := &o.msg
 	payload := fs.String("payload", `{"hello":"world"}`, "original payload")
 	fs.StringVar(&m.MessageID, "id", fmt.Sprintf("manual-%d", time.Now().UnixNano()), "message id")
 	fs.StringVar(&m.OriginalQueue, "original-queue", "demo.orders", "queue to republish to")
@@ -31,21 +41,44 @@ func inject(ctx context.Context, args []string, logger *slog.Logger) error {
 	fs.IntVar(&m.MaxRetries, "max-retries", 0, "override the policy's max retries (0: policy)")
 	fs.StringVar(&m.Policy, "policy", "", "policy name override")
 	fs.StringVar(&m.TenantID, "tenant", "", "tenant id")
-	if err := fs.Parse(args); err != nil {
-		return err
+	if err := parseFlags(fs, args); err != nil {
+		return o, err
 	}
 	m.OriginalPayload = []byte(*payload)
+	// Values no RetryMessage can carry: refused here rather than dead-lettered as poison.
+	switch {
+	case m.MessageID == "":
+		return o, usagef("inject: -id is empty")
+	case m.OriginalQueue == "":
+		return o, usagef("inject: -original-queue is empty")
+	case o.ingress == "":
+		return o, usagef("inject: -queue is empty")
+	case m.RetryCount < 0:
+		return o, usagef("inject: -retry-count %d is negative", m.RetryCount)
+	case m.MaxRetries < 0:
+		return o, usagef("inject: -max-retries %d is negative", m.MaxRetries)
+	}
+	return o, nil
+}
+
+// inject publishes one RetryMessage to the ingress queue, with a publisher confirm.
+func inject(ctx context.Context, args []string, stdout, stderr io.Writer, logger *slog.Logger) error {
+	o, err := parseInject(args, stderr)
+	if err != nil {
+		return err
+	}
+	m := o.msg
 	body, err := json.Marshal(m)
 	if err != nil {
 		return fmt.Errorf("encode retry message: %w", err)
 	}
-	pub := broker.NewPublisher(broker.Config{URL: *url, ConnectionName: "retry-scheduler-starter"}, logger)
+	pub := broker.NewPublisher(broker.Config{URL: o.url, ConnectionName: "retry-scheduler-starter"}, logger)
 	defer pub.Close()
-	if err := pub.Publish(ctx, "", *ingress, true, amqp.Publishing{
+	if err := pub.Publish(ctx, "", o.ingress, true, amqp.Publishing{
 		ContentType: "application/json", DeliveryMode: amqp.Persistent, MessageId: m.MessageID, Body: body,
 	}); err != nil {
-		return fmt.Errorf("publish to %s: %w", *ingress, err)
+		return fmt.Errorf("publish to %s: %w", o.ingress, err)
 	}
-	fmt.Printf("injected %s for queue %s (workflow %s)\n", m.MessageID, m.OriginalQueue, message.WorkflowID(m.OriginalQueue, m.MessageID))
+	fmt.Fprintf(stdout, "injected %s for queue %s (workflow %s)\n", m.MessageID, m.OriginalQueue, message.WorkflowID(m.OriginalQueue, m.MessageID))
 	return nil
 }

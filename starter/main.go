@@ -8,7 +8,10 @@ package main
 
 import (
 	"context"
+	"errors"
+	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"os/signal"
@@ -17,30 +20,72 @@ import (
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
 	logger := slog.New(slog.NewTextHandler(os.Stderr, nil))
-	if len(os.Args) < 2 {
-		usage()
-		os.Exit(2)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr, logger)
+	stop()
+	os.Exit(code)
+}
+
+// Exit codes: a command that failed, and a command line that is wrong.
+const (
+	exitFailed = 1
+	exitUsage  = 2
+)
+
+// usageError is a command line the flags refuse or a value they cannot take.
+type usageError struct{ err error }
+
+func (e usageError) Error() string { return e.err.Error() }
+func (e usageError) Unwrap() error { return e.err }
+
+func usagef(format string, args ...any) error { return usageError{fmt.Errorf(format, args...)} }
+
+// run runs the subcommand args name and says the process's exit code: 0, exitFailed, or
+// exitUsage for a wrong command line (-h is not wrong: 0).
+func run(ctx context.Context, args []string, stdout, stderr io.Writer, logger *slog.Logger) int {
+	if len(args) == 0 {
+		usage(stderr)
+		return exitUsage
 	}
 	var err error
-	switch os.Args[1] {
+	switch args[0] {
 	case "inject":
-		err = inject(ctx, os.Args[2:], logger)
+		err = inject(ctx, args[1:], stdout, stderr, logger)
 	case "demo":
-		err = demo(ctx, os.Args[2:], logger)
+		err = demo(ctx, args[1:], stdout, stderr, logger)
 	default:
-		usage()
-		os.Exit(2)
+		usage(stderr)
+		return exitUsage
 	}
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "starter:", err)
-		os.Exit(1)
+	var ue usageError
+	switch {
+	case err == nil, errors.Is(err, flag.ErrHelp):
+		return 0
+	case errors.As(err, &ue):
+		fmt.Fprintln(stderr, "starter:", err)
+		return exitUsage
+	default:
+		fmt.Fprintln(stderr, "starter:", err)
+		return exitFailed
 	}
 }
 
-func usage() {
-	fmt.Fprintln(os.Stderr, "usage: starter inject [flags] | starter demo [flags]   (-h for flags)")
+func usage(w io.Writer) {
+	fmt.Fprintln(w, "usage: starter inject [flags] | starter demo [flags]   (-h for flags)")
+}
+
+// parseFlags parses args into fs, its errors (the flag package has printed them, with the
+// flags) as usage errors; -h gives flag.ErrHelp.
+func parseFlags(fs *flag.FlagSet, args []string) error {
+	err := fs.Parse(args)
+	switch {
+	case err == nil && fs.NArg() > 0:
+		return usagef("%s: unexpected argument %q", fs.Name(), fs.Arg(0))
+	case err == nil, errors.Is(err, flag.ErrHelp):
+		return err
+	default:
+		return usageError{err}
+	}
 }
 
 func envOr(name, def string) string {
