@@ -202,7 +202,7 @@ func TestDeadLetter(t *testing.T) {
 	var got message.Envelope
 	require.NoError(t, json.Unmarshal(p.msg.Body, &got))
 	// Headers went through JSON once more (the data converter): compare that way.
-	want := env
+	want := env.Enriched() // the fields derived at publish time travel too
 	want.OriginalMessage.Headers = map[string]any{"tenant": "acme", "count": 2.0, "cc": []any{"spy"}}
 	assert.Equal(t, want, got)
 	assert.Equal(t, 1.0, metricValue(t, reg, "dead_letters_total", "queue", "manual-review.pending", "reason", "exhausted"))

@@ -85,13 +85,13 @@ func PublishSplit(ctx context.Context, p Publisher, queue string, env message.En
 	return ref, nil
 }
 
-// Publishing is the AMQP message carrying env: its JSON body (with the last attempt's error
-// type and stack trace, see message.Envelope.WithLastError), the dead reason and the original
+// Publishing is the AMQP message carrying env: its JSON body (with the fields derived at
+// publish time, see message.Envelope.Enriched), the dead reason and the original
 // queue as headers so that a consumer can sort without parsing the body, the dlqId as message
 // id (a redelivered envelope is recognisable), the correlation id, persistence, and the
 // routing time as timestamp.
 func Publishing(env message.Envelope, o Options) (amqp.Publishing, error) {
-	env = env.WithLastError()
+	env = env.Enriched()
 	body, err := encode(env)
 	if err != nil {
 		return amqp.Publishing{}, err

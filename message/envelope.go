@@ -27,13 +27,22 @@ type Attempt struct {
 // Envelope is the dead-letter message: the message as received, why retrying stopped, every
 // attempt, and the reporting service's metadata block.
 type Envelope struct {
-	DLQID              string `json:"dlqId"`
+	DLQID string `json:"dlqId"`
+	// DLQUUID is dlqId as a UUID (see DLQUUID), for tools that key dead letters by UUID.
+	// It and the other fields filled by Enriched are set at publish time only.
+	DLQUUID            string `json:"dlqUuid,omitempty"`
 	MessageID          string `json:"messageId"`
 	OriginalQueue      string `json:"originalQueue"`
 	OriginalExchange   string `json:"originalExchange,omitempty"`
 	OriginalRoutingKey string `json:"originalRoutingKey,omitempty"`
 	ConsumerService    string `json:"consumerService,omitempty"`
-	FailureCategory    string `json:"failureCategory"`
+	// ConsumerGroup is "<consumerService>.<originalQueue>": the consumers of one queue
+	// are one group. Omitted when the consuming service is unknown.
+	ConsumerGroup string `json:"consumerGroup,omitempty"`
+	// OriginalTimestamp is the original message's timestamp property, or when its first
+	// failure was reported if it had none.
+	OriginalTimestamp time.Time `json:"originalTimestamp,omitzero"`
+	FailureCategory   string    `json:"failureCategory"`
 	// DeadReason says why retrying stopped: exhausted, non-retryable, max-window, manual, skipped, poison, oversize.
 	DeadReason     string    `json:"deadReason"`
 	DeadDetail     string    `json:"deadDetail,omitempty"`
@@ -55,7 +64,9 @@ type Envelope struct {
 	// PayloadRef, when set, says the payload was too large to carry inside the envelope and
 	// travels as a message of its own (see PayloadRef).
 	PayloadRef *PayloadRef `json:"payloadRef,omitempty"`
-	Metadata   Metadata    `json:"metadata"`
+	// ErrorDetails is the last failure in one block (see ErrorDetails).
+	ErrorDetails *ErrorDetails `json:"error_details,omitempty"`
+	Metadata     Metadata      `json:"metadata"`
 }
 
 // PayloadRef stands for a payload kept outside its dead-letter envelope, which would
@@ -82,6 +93,13 @@ type Metadata struct {
 	ServiceVersion        string    `json:"service_version,omitempty"`
 	FirstAttemptTimestamp time.Time `json:"first_attempt_timestamp"`
 	LastAttemptTimestamp  time.Time `json:"last_attempt_timestamp"`
+	// InternalID is the scheduler's own id of the dead item: the workflow ID, or the dlqId
+	// of an envelope written without one (a poison delivery's).
+	InternalID string `json:"internal_id,omitempty"`
+	// The _unix fields are the timestamps above in Unix seconds, for tools that read epochs.
+	DLQTimestampUnix          int64 `json:"dlq_timestamp_unix,omitempty"`
+	FirstAttemptTimestampUnix int64 `json:"first_attempt_timestamp_unix,omitempty"`
+	LastAttemptTimestampUnix  int64 `json:"last_attempt_timestamp_unix,omitempty"`
 }
 
 // MaxStackTraceBytes bounds a stack trace carried in reports, workflow state and envelopes:
