@@ -16,6 +16,7 @@ import (
 
 	"github.com/retry-scheduler/retry-scheduler/broker"
 	"github.com/retry-scheduler/retry-scheduler/broker/brokertest"
+	"github.com/retry-scheduler/retry-scheduler/deadletter/schematest"
 	"github.com/retry-scheduler/retry-scheduler/message"
 	"github.com/retry-scheduler/retry-scheduler/service"
 )
@@ -93,8 +94,18 @@ func TestConfiguredDeadLetterQueuesAreDeclaredAndReceiveEnvelopes(t *testing.T) 
 	})
 
 	d := routed.next(t, 30*time.Second)
+	require.NoError(t, schematest.Validate(d.Body), "the envelope matches docs/envelope.schema.json")
 	env := envelopeOf(t, d)
 	assert.Equal(t, "refund-1", env.MessageID)
+	// The fields dead-letter tools read, derived at publish time.
+	assert.Equal(t, message.DLQUUID(env.DLQID), env.DLQUUID)
+	assert.Equal(t, "refunds-svc."+s.prefix+".billing.refunds", env.ConsumerGroup)
+	assert.Equal(t, env.WorkflowID, env.Metadata.InternalID)
+	require.NotNil(t, env.ErrorDetails)
+	assert.Equal(t, "TimeoutError", env.ErrorDetails.ErrorType)
+	assert.Equal(t, "upstream timed out", env.ErrorDetails.ErrorMessage)
+	assert.Equal(t, 3, env.ErrorDetails.RetryCount)
+	assert.Equal(t, env.Metadata.DLQTimestamp.Unix(), env.Metadata.DLQTimestampUnix)
 	assert.Equal(t, "2592000000", d.Expiration, "the envelope expires with DEAD_LETTER_RETENTION (30 days)")
 	assert.Equal(t, s.cfg.ServiceName, d.AppId)
 	assert.Equal(t, "corr-r1", d.CorrelationId)
@@ -109,6 +120,7 @@ func TestConfiguredDeadLetterQueuesAreDeclaredAndReceiveEnvelopes(t *testing.T) 
 	assert.True(t, strings.HasPrefix(env.StackTrace, "TimeoutError: upstream timed out\n"), "stack trace: %.80q", env.StackTrace)
 
 	d = byPolicy.next(t, 30*time.Second)
+	require.NoError(t, schematest.Validate(d.Body), "the envelope matches docs/envelope.schema.json")
 	assert.Equal(t, "invoice-1", envelopeOf(t, d).MessageID)
 	assert.NotEmpty(t, d.Expiration)
 }
