@@ -26,6 +26,7 @@ var workflowCounters = []struct {
 	{workflows.MetricRetriesScheduled, "Retries scheduled (a delay started, or an operator's retry of a dead letter), by original queue.", []string{labelQueue}},
 	{workflows.MetricRetriesExhausted, "Messages dead-lettered because max retries were exhausted, by original queue.", []string{labelQueue}},
 	{workflows.MetricBreakerTransitions, "Transitions of a destination's circuit breaker, by queue and the state entered (to: closed, open, half-open, paused).", []string{labelQueue, labelTo}},
+	{workflows.MetricDeadLettersExpired, "Dead messages whose retention (DEAD_LETTER_RETENTION) ended with no operator decision, by original queue.", []string{labelQueue}},
 	{workflows.MetricReportsSetAside, "Failure reports set aside, not applied as a new failure, by original queue and reason (other-key, behind-count, before-republish, redelivered, retry-pending, dead, poison, run-ended).", []string{labelQueue, labelReason}},
 }
 

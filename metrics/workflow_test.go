@@ -58,12 +58,14 @@ func TestWorkflowHandlerRoutesOwnCounters(t *testing.T) {
 	wf.WithTags(map[string]string{"queue": "orders.eu"}).Counter(workflows.MetricRetriesExhausted).Inc(1)
 	wf.WithTags(map[string]string{"queue": "orders.eu"}).Counter(workflows.MetricRetriesScheduled).Inc(2)
 	wf.WithTags(map[string]string{"queue": "billing"}).Counter(workflows.MetricRetriesScheduled).Inc(1)
+	wf.WithTags(map[string]string{"queue": "orders.eu"}).Counter(workflows.MetricDeadLettersExpired).Inc(1)
 	wf.Counter("temporal_workflow_completed").Inc(1)
 
 	vec := h.counters[workflows.MetricRetriesScheduled].vec
 	assert.Equal(t, 2.0, value(t, vec.WithLabelValues("orders.eu")), "label values kept as they are")
 	assert.Equal(t, 1.0, value(t, vec.WithLabelValues("billing")))
 	assert.Equal(t, 1.0, value(t, h.counters[workflows.MetricRetriesExhausted].vec.WithLabelValues("orders.eu")))
+	assert.Equal(t, 1.0, value(t, h.counters[workflows.MetricDeadLettersExpired].vec.WithLabelValues("orders.eu")))
 	assert.Equal(t, map[string]int64{"temporal_workflow_completed": 1}, sdk.counters, "own counters do not reach tally")
 	assert.Same(t, sdk, h.Unwrap())
 

@@ -14,4 +14,7 @@ const (
 	// MetricReportsSetAside counts failure reports not applied as a new failure, tagged
 	// "queue" and "reason" (a SetAside* reason).
 	MetricReportsSetAside = "reports_set_aside_total"
+	// MetricDeadLettersExpired counts dead messages whose retention ended with no operator
+	// decision: their runs close as expired.
+	MetricDeadLettersExpired = "dead_letters_expired_total"
 )

@@ -94,6 +94,9 @@ func (r *retryRun) waitDead() {
 	sel.AddFuture(workflow.NewTimer(timerCtx, remaining), func(workflow.Future) {
 		s.Status = StatusExpired
 		r.event("expired", "", "retention of "+r.retention.String()+" ended")
+		// A metric is no command: runs in flight replay as before, and the SDK records
+		// nothing while replaying, so each expiry counts once.
+		r.count(MetricDeadLettersExpired)
 		r.logClosed()
 		r.upsert()
 	})

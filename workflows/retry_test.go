@@ -411,6 +411,22 @@ func (s *retrySuite) TestRetentionExpiry() {
 	s.Equal(StatusDead, st.Status, "still parked just before the one-hour retention ends")
 }
 
+// The end of the retention is counted, by original queue; a dead message an operator
+// decided on is not.
+func (s *retrySuite) TestRetentionExpiryIsCounted() {
+	expired := MetricDeadLettersExpired + "{queue=" + testQueue + "}"
+	rec := s.recordCounters()
+	s.start(report(fixedPolicy(0), 0, transient))
+	s.Equal(StatusExpired, s.result().Status)
+	s.EqualValues(1, rec.get(expired))
+
+	rec = s.recordCounters()
+	s.at(time.Minute, SignalResolve, OperatorAction{Actor: "dave"})
+	s.start(report(fixedPolicy(0), 0, transient))
+	s.Equal(StatusResolved, s.result().Status)
+	s.Zero(rec.get(expired))
+}
+
 func (s *retrySuite) TestIllegalSignalsAreRefusedNotApplied() {
 	s.at(time.Second, SignalResolve, OperatorAction{Actor: "frank"})
 	var st State
