@@ -164,7 +164,9 @@ func TestEventTypeOfTheDeadLetteredForm(t *testing.T) {
 	}
 	got := map[string]message.Envelope{}
 	for range 2 {
-		env := envelopeOf(t, dlq.next(t, 30*time.Second))
+		d := dlq.next(t, 30*time.Second)
+		require.NoError(t, schematest.Validate(d.Body), "the envelope matches docs/envelope.schema.json")
+		env := envelopeOf(t, d)
 		got[env.MessageID] = env
 	}
 	assert.Equal(t, "order.paid", got["ev-1"].OriginalMessage.EventType)
