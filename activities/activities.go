@@ -52,6 +52,17 @@ type DeadLetterInput struct {
 	Envelope message.Envelope `json:"envelope"`
 }
 
+// ArchiveExpiredInput is the envelope of a dead message whose retention ended.
+type ArchiveExpiredInput struct {
+	Envelope message.Envelope `json:"envelope"`
+}
+
+// ArchiveExpiredResult names the queue the envelope was archived to; empty when archiving is
+// off.
+type ArchiveExpiredResult struct {
+	Queue string `json:"queue,omitempty"`
+}
+
 // ErrTypeUnroutable is the Temporal error type of a publish no queue took: non-retryable,
 // since the destination (or the dead-letter queue) is missing until an operator acts.
 const ErrTypeUnroutable = "Unroutable"
@@ -106,6 +117,9 @@ type Activities struct {
 	DeadLetterMaxBytes int
 	// ServiceName is the AMQP app_id of the envelopes (SERVICE_NAME). Defaults to none.
 	ServiceName string
+	// ExpiredArchiveQueue, when set, is where ArchiveExpired publishes the envelope of a dead
+	// message whose retention ended (EXPIRED_ARCHIVE_QUEUE). Defaults to none: not archived.
+	ExpiredArchiveQueue string
 	// Gate, Counter and Held connect republishes to their destinations' breakers; nil: no
 	// retry is held, none is counted, and ListHeld lists none.
 	Gate    BreakerGate

@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/temporal"
 
 	"github.com/retry-scheduler/retry-scheduler/broker"
 	"github.com/retry-scheduler/retry-scheduler/message"
@@ -89,4 +90,36 @@ func TestLogLinesCarryCorrelationIDAndLatenessInMilliseconds(t *testing.T) {
 	_, err = acts.Republish(context.Background(), RepublishInput{Message: m, Attempt: 1, Key: "m-1:1"})
 	require.NoError(t, err)
 	assert.NotContains(t, buf.String(), "correlation_id")
+}
+
+// An expired envelope goes to the archive queue without expiration, and is not counted as a
+// dead letter; without an archive queue nothing is published.
+func TestArchiveExpired(t *testing.T) {
+	pub := &fakePublisher{}
+	acts, reg := newTestActivities(pub)
+	acts.DeadLetterTTL = 720 * time.Hour
+	res, err := acts.ArchiveExpired(context.Background(), ArchiveExpiredInput{Envelope: testEnvelope()})
+	require.NoError(t, err)
+	assert.Empty(t, res.Queue)
+	assert.Empty(t, pub.got, "archiving is off")
+
+	acts.ExpiredArchiveQueue = "dead.archive"
+	res, err = acts.ArchiveExpired(context.Background(), ArchiveExpiredInput{Envelope: testEnvelope()})
+	require.NoError(t, err)
+	assert.Equal(t, "dead.archive", res.Queue)
+	require.Len(t, pub.got, 1)
+	assert.Equal(t, "dead.archive", pub.got[0].key)
+	assert.Empty(t, pub.got[0].msg.Expiration, "the archive is the last copy")
+	var got message.Envelope
+	require.NoError(t, json.Unmarshal(pub.got[0].msg.Body, &got))
+	assert.Equal(t, testEnvelope().DLQID, got.DLQID)
+	assert.Zero(t, metricValue(t, reg, "dead_letters_total", "queue", "dead.archive", "reason", "exhausted"))
+
+	// An archive queue that is missing fails for good, not after retries.
+	acts.Publisher = &fakePublisher{err: broker.ErrUnroutable}
+	_, _, err = run(t, acts, acts.ArchiveExpired, ArchiveExpiredInput{Envelope: testEnvelope()})
+	var appErr *temporal.ApplicationError
+	require.ErrorAs(t, err, &appErr)
+	assert.Equal(t, ErrTypeUnroutable, appErr.Type())
+	assert.True(t, appErr.NonRetryable())
 }

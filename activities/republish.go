@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 	"go.opentelemetry.io/otel"
@@ -183,24 +184,51 @@ func (a *Activities) DeadLetter(ctx context.Context, in DeadLetterInput) error {
 		With("dlq_id", env.DLQID, "queue", env.OriginalQueue, "dead_letter_queue", in.Queue, "dead_reason", env.DeadReason)
 	opts := deadletter.Options{AppID: a.ServiceName, TTL: a.DeadLetterTTL, Now: a.now, MaxBytes: a.DeadLetterMaxBytes}
 	err := deadletter.Publish(ctx, a.Publisher, in.Queue, env, opts)
-	switch {
-	case err == nil:
+	if err == nil {
 		a.Metrics.deadLettered(in.Queue, env.DeadReason)
 		return nil
+	}
+	if !errors.Is(err, deadletter.ErrUnpublishable) {
+		a.Metrics.deadLetterPublishFailed(in.Queue)
+	}
+	return envelopeError(log, "envelope not dead-lettered", err)
+}
+
+// ArchiveExpired publishes the envelope of a dead message whose retention ended to
+// ExpiredArchiveQueue, without expiration (the archive is the last copy); nothing when no
+// archive queue is set. Failures are classified as DeadLetter's.
+func (a *Activities) ArchiveExpired(ctx context.Context, in ArchiveExpiredInput) (ArchiveExpiredResult, error) {
+	queue := a.ExpiredArchiveQueue
+	if queue == "" {
+		return ArchiveExpiredResult{}, nil
+	}
+	env := in.Envelope
+	log := messageLogger(a.logger(), message.Message{MessageID: env.MessageID, CorrelationID: env.CorrelationID}).
+		With("dlq_id", env.DLQID, "queue", env.OriginalQueue, "archive_queue", queue)
+	opts := deadletter.Options{AppID: a.ServiceName, Now: a.now, MaxBytes: a.DeadLetterMaxBytes}
+	if err := deadletter.Publish(ctx, a.Publisher, queue, env, opts); err != nil {
+		return ArchiveExpiredResult{}, envelopeError(log, "expired envelope not archived", err)
+	}
+	log.Info("expired envelope archived", "outcome", "archived")
+	return ArchiveExpiredResult{Queue: queue}, nil
+}
+
+// envelopeError is the activity error of a failed envelope publish: non-retryable when no
+// try can succeed (the envelope cannot be encoded, the broker refuses its content, no queue
+// takes it), else the error itself, which the local activity retries.
+func envelopeError(log *slog.Logger, msg string, err error) error {
+	switch {
 	case errors.Is(err, deadletter.ErrUnpublishable):
-		log.Error("envelope not dead-lettered", "outcome", "invalid-message", "error", err)
+		log.Error(msg, "outcome", "invalid-message", "error", err)
 		return temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeInvalidMessage, err)
-	}
-	a.Metrics.deadLetterPublishFailed(in.Queue)
-	if unpublishable(err) {
-		log.Error("envelope not dead-lettered", "outcome", StatusUnpublishable, "error", err)
+	case unpublishable(err):
+		log.Error(msg, "outcome", StatusUnpublishable, "error", err)
 		return temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeUnpublishable, err)
-	}
-	if errors.Is(err, broker.ErrUnroutable) {
-		log.Error("envelope not dead-lettered", "outcome", StatusUnroutable, "error", err)
+	case errors.Is(err, broker.ErrUnroutable):
+		log.Error(msg, "outcome", StatusUnroutable, "error", err)
 		return temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeUnroutable, err)
 	}
-	log.Warn("envelope not dead-lettered; will retry", "outcome", StatusFailed, "error", err)
+	log.Warn(msg+"; will retry", "outcome", StatusFailed, "error", err)
 	return err
 }
 
