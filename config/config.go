@@ -159,6 +159,10 @@ type Config struct {
 	// DEAD_LETTER_RETENTION, flag -dead-letter-retention or -retention (a duration; "30d"
 	// days accepted). Defaults to workflows.DefaultRetention (30 days).
 	Retention time.Duration
+	// ExpiredArchiveQueue, when set, receives the envelope of each dead message whose
+	// retention ends, declared at start like a dead-letter queue. Env EXPIRED_ARCHIVE_QUEUE,
+	// flag -expired-archive-queue. Defaults to none: expired messages are not archived.
+	ExpiredArchiveQueue string
 	// ServiceName names the scheduler itself: metadata.service of the envelopes it writes for
 	// its own reasons (poison, oversize input), the AMQP app_id of every envelope, the AMQP
 	// connection names ("<name>-<mode>") and the startup log line. (An envelope of a failed

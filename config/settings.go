@@ -106,6 +106,7 @@ func (c *Config) settings() []setting {
 		{"START_DELAY_MAX", "longest first retry delay waited as the workflow's start delay (0: never)", (*duration)(&c.StartDelayMax)},
 		{"WORKER_STOP_TIMEOUT", "grace for activities when a worker stops (> PUBLISH_TIMEOUT)", (*duration)(&c.WorkerStopTimeout)},
 		{"DEAD_LETTER_RETENTION", "how long a dead message waits for an operator", (*duration)(&c.Retention)},
+		{"EXPIRED_ARCHIVE_QUEUE", "queue that receives the envelope of a dead message when its retention ends, without expiration (unset: not archived)", (*text)(&c.ExpiredArchiveQueue)},
 		{"SERVICE_NAME", "the scheduler's name in its own dead letters (poison, oversize), envelopes' app_id, AMQP connection names and the startup log", (*text)(&c.ServiceName)},
 		{"SERVICE_VERSION", "the scheduler's version in its own dead letters and the startup log", (*text)(&c.ServiceVersion)},
 		{"LOG_LEVEL", "debug, info, warn or error", (*word)(&c.LogLevel)},

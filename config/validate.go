@@ -38,6 +38,12 @@ func (c Config) Validate() error {
 	if c.RetryQueue != "" && c.RetryQueue == c.ManualReviewQueue {
 		bad("MANUAL_REVIEW_QUEUE: %q is also the RETRY_QUEUE", c.ManualReviewQueue)
 	}
+	if c.ExpiredArchiveQueue != "" {
+		queueName("EXPIRED_ARCHIVE_QUEUE", c.ExpiredArchiveQueue)
+		if c.ExpiredArchiveQueue == c.RetryQueue {
+			bad("EXPIRED_ARCHIVE_QUEUE: %q is also the RETRY_QUEUE", c.ExpiredArchiveQueue)
+		}
+	}
 	if c.DefaultMaxRetries < 0 {
 		bad("DEFAULT_MAX_RETRIES (%d) must be 0 or more", c.DefaultMaxRetries)
 	}

@@ -5,6 +5,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 
+	"github.com/retry-scheduler/retry-scheduler/config"
 	"github.com/retry-scheduler/retry-scheduler/policy"
 )
 
@@ -20,4 +21,18 @@ func TestDeadLetterQueuesOfTheCatalogue(t *testing.T) {
 		{Queue: "x", Policy: "billing", DeadLetterQueue: "orders.dead"},
 	}
 	assert.Equal(t, []string{"billing.dead", "orders.dead"}, deadLetterQueues(c))
+}
+
+// The archive of expired envelopes is declared with the dead-letter queues, once.
+func TestTheArchiveQueueIsDeclaredWithTheDeadLetterQueues(t *testing.T) {
+	c := policy.NewCatalog()
+	p := c.Policies[policy.DefaultName]
+	p.Name, p.DeadLetterQueue = "billing", "billing.dead"
+	c.Policies["billing"] = p
+	cfg := config.Config{ManualReviewQueue: "manual-review.pending"}
+	assert.Equal(t, []string{"billing.dead"}, declaredDeadLetterQueues(cfg, c), "no archive: none added")
+	cfg.ExpiredArchiveQueue = "dead.archive"
+	assert.Equal(t, []string{"billing.dead", "dead.archive"}, declaredDeadLetterQueues(cfg, c))
+	cfg.ExpiredArchiveQueue = "billing.dead"
+	assert.Equal(t, []string{"billing.dead"}, declaredDeadLetterQueues(cfg, c), "a dead-letter queue is declared once")
 }

@@ -145,7 +145,7 @@ func Run(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 			return err
 		}
 	}
-	if err := broker.Declare(bcfg, logger.With("component", "declare"), broker.Topology(bcfg, cfg.RetryQueue, cfg.ManualReviewQueue, deadLetterQueues(catalog)...)...); err != nil {
+	if err := broker.Declare(bcfg, logger.With("component", "declare"), broker.Topology(bcfg, cfg.RetryQueue, cfg.ManualReviewQueue, declaredDeadLetterQueues(cfg, catalog)...)...); err != nil {
 		return fmt.Errorf("declare topology: %w", err)
 	}
 	pub := broker.NewPublisher(bcfg, logger.With("component", "publisher"))
@@ -177,7 +177,8 @@ func Run(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 	if runWorker {
 		acts := &activities.Activities{Publisher: pub, History: history{client: tc, namespace: cfg.Namespace},
 			Logger: logger.With("component", "activities"), Metrics: activities.NewMetrics(reg),
-			DeadLetterTTL: cfg.Retention, DeadLetterMaxBytes: cfg.DeadLetterMaxBytes, ServiceName: cfg.ServiceName}
+			DeadLetterTTL: cfg.Retention, DeadLetterMaxBytes: cfg.DeadLetterMaxBytes, ServiceName: cfg.ServiceName,
+			ExpiredArchiveQueue: cfg.ExpiredArchiveQueue}
 		if counter != nil {
 			acts.Gate, acts.Counter, acts.Held = startGate(ctx, g, cfg, tc, logger), counter, breaker.HeldLister{Client: tc, TaskQueue: cfg.TaskQueue}
 		}
@@ -333,6 +334,17 @@ func loadCatalog(cfg config.Config) (*policy.Catalog, error) {
 		c.Set(policy.Default(cfg.DefaultMaxRetries, cfg.BaseDelay, cfg.MaxDelay))
 	}
 	return c, c.Validate()
+}
+
+// declaredDeadLetterQueues are the queues declared at start besides the ingress and the
+// default dead-letter queue: the catalogue's dead-letter queues and the archive of expired
+// envelopes, which takes the same messages, so the same arguments.
+func declaredDeadLetterQueues(cfg config.Config, c *policy.Catalog) []string {
+	qs := deadLetterQueues(c)
+	if q := cfg.ExpiredArchiveQueue; q != "" && q != cfg.ManualReviewQueue && !slices.Contains(qs, q) {
+		qs = append(qs, q)
+	}
+	return qs
 }
 
 // deadLetterQueues are the dead-letter queues c names, its policies' and its routes', sorted;
