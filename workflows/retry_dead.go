@@ -94,6 +94,7 @@ func (r *retryRun) waitDead() {
 	sel.AddFuture(workflow.NewTimer(timerCtx, remaining), func(workflow.Future) {
 		s.Status = StatusExpired
 		r.event("expired", "", "retention of "+r.retention.String()+" ended")
+		r.archiveExpired()
 		// A metric is no command: runs in flight replay as before, and the SDK records
 		// nothing while replaying, so each expiry counts once.
 		r.count(MetricDeadLettersExpired)
@@ -108,6 +109,34 @@ func (r *retryRun) waitDead() {
 	r.addActionSignals(sel, r.retryNow, r.resolve, r.discard, r.skip)
 	r.addActionUpdates(sel)
 	sel.Select(r.ctx)
+}
+
+// archiveExpired hands the envelope of a message whose retention ended to the ArchiveExpired
+// local activity, which publishes it to the archive queue when one is configured: the worker
+// decides, so a setting changed after the message went dead still applies. The envelope is
+// rebuilt from the state as it was dead-lettered (a poison delivery's under the bridge's
+// dlqId, with the bytes the run kept). A failure is an event: the run closes as expired
+// regardless, its history keeping the story.
+func (r *retryRun) archiveExpired() {
+	if !r.includes(changeArchiveOnExpiry) &&
+		workflow.GetVersion(r.ctx, changeArchiveOnExpiry, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
+		return
+	}
+	s := &r.state
+	env := r.envelope(s.DeadAt)
+	if s.Poison != nil && s.DeadReason == s.Poison.Kind {
+		env.DLQID = s.Poison.DLQID
+	}
+	var acts *activities.Activities
+	var res activities.ArchiveExpiredResult
+	err := workflow.ExecuteLocalActivity(workflow.WithLocalActivityOptions(r.ctx, deadLetterOptions), acts.ArchiveExpired,
+		activities.ArchiveExpiredInput{Envelope: env}).Get(r.ctx, &res)
+	switch {
+	case err != nil:
+		r.event("archive-failed", "", err.Error())
+	case res.Queue != "":
+		r.event("archived", "", "envelope "+env.DLQID+" archived to "+res.Queue)
+	}
 }
 
 // poisonReport applies a report of a poison delivery that arrived while the run is live: a

@@ -46,6 +46,10 @@ const (
 	// BreakerWorkflow ends after Settings.IdleEnd idle; runs from before it wait closed
 	// without a timer for as long as they run.
 	changeIdleEnd = "breaker-idle-end"
+	// A dead message whose retention ends has its envelope archived (the ArchiveExpired
+	// local activity, a no-op without EXPIRED_ARCHIVE_QUEUE); runs from before it closed as
+	// expired without it.
+	changeArchiveOnExpiry = "archive-envelope-on-expiry"
 )
 
 // revisionChanges lists, for each revision, the gated changes it takes without GetVersion.

@@ -50,8 +50,9 @@ func (s *retrySuite) TestCurrentRevisionContinuesAnEarlierRunWithoutAsking() {
 	s.failAt(15*time.Second, p, 3, transient)
 	s.startAt(CurrentRevision, report(p, 2, transient))
 
-	s.result()
-	s.Empty(*asked)
+	s.Equal(StatusExpired, s.result().Status)
+	// Only the gate newer than the revision asks, when the retention ends.
+	s.Equal([]string{changeArchiveOnExpiry}, *asked)
 	s.Require().Len(s.envelopes(), 1)
 	s.Len(s.envelopes()[0].RetryAttempts, 3, "the earlier run's attempts were looked up")
 }
