@@ -19,6 +19,7 @@ import (
 	"github.com/retry-scheduler/retry-scheduler/deadletter/schematest"
 	"github.com/retry-scheduler/retry-scheduler/message"
 	"github.com/retry-scheduler/retry-scheduler/service"
+	"github.com/retry-scheduler/retry-scheduler/workflows"
 )
 
 // Issue 11 items 3, 5 and 7, and the event type: configured dead-letter queues, the
@@ -173,4 +174,46 @@ func TestEventTypeOfTheDeadLetteredForm(t *testing.T) {
 	assert.Equal(t, "order.created", got["ev-2"].OriginalMessage.EventType)
 	assert.Equal(t, "orders-svc", got["ev-2"].Metadata.Service)
 	assert.Equal(t, "7", got["ev-2"].Metadata.ServiceVersion)
+}
+
+// A dead message nobody decides on expires at the end of DEAD_LETTER_RETENTION: it is
+// counted, and its envelope goes, without expiration, to EXPIRED_ARCHIVE_QUEUE (declared at
+// start) under the dlqId it was dead-lettered with.
+func TestExpiredDeadLetterIsCountedAndArchived(t *testing.T) {
+	s := newStack(t)
+	archive := s.prefix + ".archive"
+	s.cfg.Retention = 3 * time.Second
+	s.cfg.ExpiredArchiveQueue = archive
+	t.Cleanup(func() { s.deleteQueues(archive) })
+	s.run("all")
+	require.True(t, queueExists(t, archive), "the archive queue is declared at start")
+	metricsURL := "http://" + s.cfg.HTTPAddr + "/metrics"
+	orders := s.prefix + ".orders"
+	expired := series(workflows.MetricDeadLettersExpired, "queue", orders)
+	before := mustScrape(t, metricsURL)
+
+	dead, archived := s.consume(s.dlq, nil), s.consume(archive, nil)
+	s.publishRetry(message.RetryMessage{
+		MessageID: "expire-1", OriginalPayload: []byte(`{"order":1}`), OriginalQueue: orders,
+		ErrorReason: "bad request", RetryCount: 3, MaxRetries: 3, Service: "orders-svc",
+	})
+	d := envelopeOf(t, dead.next(t, 30*time.Second))
+	a := archived.next(t, 30*time.Second)
+	require.NoError(t, schematest.Validate(a.Body), "the archived envelope matches docs/envelope.schema.json")
+	assert.Empty(t, a.Expiration, "the archive is the last copy: it never expires")
+	env := envelopeOf(t, a)
+	assert.Equal(t, d.DLQID, env.DLQID)
+	assert.Equal(t, "expire-1", env.MessageID)
+	assert.True(t, d.RoutedToDlqAt.Equal(env.RoutedToDlqAt), "the envelope as it was dead-lettered")
+
+	eventually(t, 30*time.Second, func() error {
+		m, err := scrape(metricsURL)
+		if err != nil {
+			return err
+		}
+		if got := m.value(expired) - before.value(expired); got != 1 {
+			return fmt.Errorf("%s moved by %v", expired, got)
+		}
+		return nil
+	})
 }
