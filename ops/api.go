@@ -141,7 +141,8 @@ func (c APIConfig) withDefaults() APIConfig {
 type API struct {
 	cfg APIConfig
 	log *slog.Logger
-	// settleEvery is how often a canary replay reads its replayed items' outcomes.
+	// settleEvery is how often a canary replay, or a call waiting for its retries' outcomes,
+	// reads the retried items.
 	settleEvery time.Duration
 	// scans holds a token per scan running (acquireScan).
 	scans chan struct{}

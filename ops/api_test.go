@@ -55,6 +55,9 @@ type fakeTemporal struct {
 	starts   []fakeStartOp
 	// onRetry, when set, settles a dead letter's replay as soon as it is signalled.
 	onRetry func(s *workflows.State)
+	// onQuery, when set, sees a message's state before each state query answers it (the
+	// fake's lock held): a test settles a retry there as the workflow would, later.
+	onQuery func(s *workflows.State)
 	// jobs are the jobs started.
 	jobs []fakeJob
 }
@@ -200,6 +203,9 @@ func (f *fakeTemporal) QueryWorkflow(_ context.Context, id, _, _ string, _ ...in
 	}
 	if f.delayed[id] != nil {
 		return nil, serviceerror.NewWorkflowNotReady("Workflow task is not scheduled yet.")
+	}
+	if f.onQuery != nil {
+		f.onQuery(s)
 	}
 	b, err := json.Marshal(s)
 	return encoded{b}, err
