@@ -288,15 +288,50 @@ function setProgress(text, bad) {
 
 const verbs = { retry: 'Retried', skip: 'Skipped', resolve: 'Resolved', discard: 'Deleted' };
 
+// RETRY_WAIT is how long a retry-now waits for its outcome: the republished message is
+// delivered once its quiet window passes without a new failure report.
+const RETRY_WAIT = '20s';
+
 async function rowAction(id, action, question) {
   if (question && !window.confirm(question)) return;
+  const path = 'messages/' + encodeURIComponent(id) + '/' + action;
   try {
-    const r = await api('POST', 'messages/' + encodeURIComponent(id) + '/' + action, {});
-    setProgress(verbs[action] + ' ' + id + ': now ' + r.state.status + '.');
+    if (action === 'retry') {
+      await retryAction(path, id);
+    } else {
+      const r = await api('POST', path, {});
+      setProgress(verbs[action] + ' ' + id + ': now ' + r.state.status + '.');
+    }
   } catch (e) {
     if (e.status !== 401) setProgress(e.message, true);
   }
   await refreshAll();
+}
+
+// retryAction retries id and says how it went once the outcome is known, or that it is
+// still pending; the tables refresh meanwhile, as soon as the retry is applied.
+async function retryAction(path, id) {
+  setProgress('Retrying ' + id + ': waiting for the outcome…');
+  const early = setTimeout(refreshAll, 1000);
+  try {
+    const r = await api('POST', path + '?wait=' + RETRY_WAIT, {});
+    const o = r.outcome || { result: 'pending', status: r.state.status };
+    setProgress(verbs.retry + ' ' + id + ': ' + outcomeLine(o), o.result === 'failed_again' || o.result === 'dead');
+  } finally {
+    clearTimeout(early);
+  }
+}
+
+// outcomeLine says a retry's outcome in words.
+function outcomeLine(o) {
+  const why = o.error ? ': ' + o.error + (o.category ? ' (' + o.category + ')' : '') : '';
+  switch (o.result) {
+    case 'delivered': return 'Retry successful.';
+    case 'failed_again': return 'Failed again' + why + '.';
+    case 'dead': return 'Failed again and moved to the dead letters' + why + '.';
+    case 'closed': return 'Now ' + o.status + '.';
+    default: return 'Still pending (now ' + o.status + '): no outcome within ' + RETRY_WAIT + '.';
+  }
 }
 
 async function bulkAction(btn) {

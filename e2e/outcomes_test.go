@@ -1,0 +1,123 @@
+//go:build integration
+
+package e2e
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/retry-scheduler/retry-scheduler/message"
+	"github.com/retry-scheduler/retry-scheduler/workflows"
+)
+
+// The e2e-wait policy (the stack's "e2e-*.wait*" queues) waits 8 s before a retry and has a
+// 2 s quiet window: a message stays scheduled long enough for the operator's retry-now, and
+// the outcome of that retry is known about 2 s after it.
+
+// waitingRetries publishes a failure of each id on queue and waits until each is scheduled.
+func (s *stack) waitingRetries(queue string, ids ...string) []string {
+	s.t.Helper()
+	var wids []string
+	for _, id := range ids {
+		s.publishRetry(message.RetryMessage{MessageID: id, OriginalPayload: []byte("p-" + id), OriginalQueue: queue,
+			ErrorReason: "503 from the api", ErrorCategory: "transient"})
+		wids = append(wids, message.WorkflowID(queue, id))
+	}
+	for _, id := range wids {
+		eventually(s.t, 30*time.Second, func() error {
+			if st := s.retryStatus(id); st != workflows.StatusScheduled {
+				return fmt.Errorf("%s is %q, want scheduled", id, st)
+			}
+			return nil
+		})
+	}
+	return wids
+}
+
+// reportsBack is a consumer of queue that fails every delivery and reports it back with the
+// scheduler's headers, as an integrated service does.
+func (s *stack) reportsBack(queue string) (*consumer, func() error) {
+	return s.failingConsumer(queue, func(d amqp.Delivery, n int, key string) message.RetryMessage {
+		return message.RetryMessage{MessageID: d.MessageId, OriginalPayload: d.Body, OriginalQueue: queue,
+			ErrorReason: fmt.Sprintf("still 503 after retry #%d", n), ErrorCategory: "transient", RetryCount: n, RetryKey: key}
+	})
+}
+
+func TestRetryNowAnswersDelivered(t *testing.T) {
+	s := newStack(t)
+	api := s.runWithOps()
+	q := s.queue(s.prefix+".wait-ok", nil)
+	c := s.consume(q, nil)
+	id := s.waitingRetries(q, "fine")[0]
+
+	sent := time.Now()
+	out := api.must(200, opToken, "POST", msgPath(id)+"/retry?wait=20s", map[string]string{"reason": "api back"})
+	took := time.Since(sent)
+	oc, ok := out["outcome"].(map[string]any)
+	require.True(t, ok, "an outcome: %v", out)
+	assert.Equal(t, "delivered", oc["result"], "%v", out)
+	assert.Equal(t, "delivered", oc["status"])
+	assert.GreaterOrEqual(t, took, 2*time.Second, "delivered only once the 2 s quiet window passed")
+	assert.Less(t, took, 8*time.Second, "the retry-now republished before the policy's 8 s delay")
+	d := c.next(t, 5*time.Second)
+	assert.Equal(t, "fine", d.MessageId)
+	res := s.workflowResult(id, 10*time.Second)
+	assert.Equal(t, workflows.StatusDelivered, res.Status)
+}
+
+func TestRetryNowAnswersFailedAgain(t *testing.T) {
+	s := newStack(t)
+	api := s.runWithOps()
+	q := s.queue(s.prefix+".wait-bad", nil)
+	c, reportErr := s.reportsBack(q)
+	id := s.waitingRetries(q, "broken")[0]
+
+	out := api.must(200, opToken, "POST", msgPath(id)+"/retry?wait=20s", nil)
+	require.NoError(t, reportErr())
+	oc, ok := out["outcome"].(map[string]any)
+	require.True(t, ok, "an outcome: %v", out)
+	assert.Equal(t, "failed_again", oc["result"], "%v", out)
+	assert.Equal(t, "still 503 after retry #1", oc["error"], "the new failure's error")
+	assert.Equal(t, "transient", oc["category"])
+	assert.Equal(t, "scheduled", oc["status"], "retried again on the policy's schedule")
+	st := out["state"].(map[string]any)
+	assert.Len(t, st["attempts"], 2, "the first failure and the retry's")
+	assert.Len(t, c.all(), 1, "one republish")
+
+	// Without a wait the answer is the state right after the retry, as before.
+	out = api.must(200, opToken, "POST", msgPath(id)+"/retry", nil)
+	assert.NotContains(t, out, "outcome")
+	api.must(400, opToken, "POST", msgPath(id)+"/retry?wait=2m", nil)
+}
+
+func TestBulkRetryCountsOutcomes(t *testing.T) {
+	s := newStack(t)
+	api := s.runWithOps()
+	okQ := s.queue(s.prefix+".wait-ok", nil)
+	badQ := s.queue(s.prefix+".wait-bad", nil)
+	okC := s.consume(okQ, nil)
+	badC, reportErr := s.reportsBack(badQ)
+	var ok, bad []string
+	for i := range 10 {
+		ok = append(ok, fmt.Sprintf("ok-%02d", i))
+		bad = append(bad, fmt.Sprintf("bad-%02d", i))
+	}
+	ids := append(s.waitingRetries(okQ, ok...), s.waitingRetries(badQ, bad...)...)
+	require.Len(t, ids, 20)
+
+	out := api.must(200, opToken, "POST", "/api/retry-queue/bulk-retry?wait=30s", map[string]any{"ids": ids, "reason": "api back"})
+	require.NoError(t, reportErr())
+	assert.EqualValues(t, 20, out["succeeded"], "%v", out)
+	assert.EqualValues(t, 0, out["failed"], "%v", out)
+	assert.Equal(t, map[string]any{"succeeded": 10.0, "failed_again": 10.0, "dead": 0.0, "closed": 0.0, "pending": 0.0}, out["outcomes"])
+	assert.Len(t, okC.all(), 10)
+	assert.Len(t, badC.all(), 10)
+	for _, id := range ids[:10] {
+		assert.Equal(t, workflows.StatusDelivered, s.retryStatus(id), id)
+	}
+}
