@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/chromedp"
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -120,4 +121,39 @@ func TestBulkRetryCountsOutcomes(t *testing.T) {
 	for _, id := range ids[:10] {
 		assert.Equal(t, workflows.StatusDelivered, s.retryStatus(id), id)
 	}
+}
+
+// The page's Retry now waits for the outcome and says it: Retry successful, or the failure.
+func TestOpsBrowserRetryNowShowsTheOutcome(t *testing.T) {
+	ctx := browser(t)
+	s := newStack(t)
+	api := s.runWithOps()
+	okQ := s.queue(s.prefix+".wait-ok", nil)
+	badQ := s.queue(s.prefix+".wait-bad", nil)
+	s.consume(okQ, nil)
+	_, reportErr := s.reportsBack(badQ)
+	fine := s.waitingRetries(okQ, "fine")[0]
+	broken := s.waitingRetries(badQ, "broken")[0]
+	p := &pageDriver{t: t, ctx: ctx}
+	p.do(
+		chromedp.Navigate(api.base+"/"),
+		chromedp.WaitVisible(chromedp.CSS("#token-input")),
+		chromedp.SendKeys(chromedp.CSS("#token-input"), opToken),
+		chromedp.Click(chromedp.CSS("#sign-in")),
+		chromedp.WaitVisible(chromedp.CSS("#rq-table")),
+	)
+	retryNow := func(id string) {
+		t.Helper()
+		p.until("scheduled retry "+id, rowExpr("#rq-table", id))
+		p.do(chromedp.Click(chromedp.CSS(rowSel("#rq-table", id) + ` td.actions button:nth-child(2)`)))
+	}
+
+	retryNow(fine)
+	p.until("the retry's outcome", `document.querySelector("#progress").textContent.includes("Retry successful")`)
+	assert.Equal(t, "Retried "+fine+": Retry successful.", p.text("#progress"))
+
+	retryNow(broken)
+	p.until("the retry's failure", `document.querySelector("#progress").textContent.includes("Failed again")`)
+	assert.Equal(t, "Retried "+broken+": Failed again: still 503 after retry #1 (transient).", p.text("#progress"))
+	require.NoError(t, reportErr())
 }

@@ -311,7 +311,8 @@ async function rowAction(id, action, question) {
 // retryAction retries id and says how it went once the outcome is known, or that it is
 // still pending; the tables refresh meanwhile, as soon as the retry is applied.
 async function retryAction(path, id) {
-  setProgress('Retrying ' + id + ': waiting for the outcome…');
+  // A refused retry replaces this line with the refusal.
+  setProgress(verbs.retry + ' ' + id + ': waiting for the outcome…');
   const early = setTimeout(refreshAll, 1000);
   try {
     const r = await api('POST', path + '?wait=' + RETRY_WAIT, {});
