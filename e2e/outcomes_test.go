@@ -157,3 +157,37 @@ func TestOpsBrowserRetryNowShowsTheOutcome(t *testing.T) {
 	assert.Equal(t, "Retried "+broken+": Failed again: still 503 after retry #1 (transient).", p.text("#progress"))
 	require.NoError(t, reportErr())
 }
+
+// A bulk retry job counts signals sent as it goes; GET /api/jobs/{id} adds how the retried
+// messages fared, as they settle.
+func TestBulkRetryJobCountsOutcomes(t *testing.T) {
+	s := newStack(t)
+	api := s.runWithOps()
+	okQ := s.queue(s.prefix+".wait-ok", nil)
+	badQ := s.queue(s.prefix+".wait-bad", nil)
+	s.consume(okQ, nil)
+	_, reportErr := s.reportsBack(badQ)
+	ids := append(s.waitingRetries(okQ, "ok-1", "ok-2", "ok-3"), s.waitingRetries(badQ, "bad-1", "bad-2")...)
+	refused := s.dead(okQ, "", "dead-1")[0]
+	eventually(t, 30*time.Second, func() error {
+		if st := s.retryStatus(refused); st != workflows.StatusDead {
+			return fmt.Errorf("%s is %q, want dead", refused, st)
+		}
+		return nil
+	})
+
+	job := api.waitJob(opToken, api.must(202, opToken, "POST", "/api/retry-queue/bulk-retry",
+		map[string]any{"ids": append(ids, refused), "reason": "api back"}))
+	assert.EqualValues(t, 5, job["done"], "%v", job)
+	assert.EqualValues(t, 1, job["failed"], "a dead letter is not on the retry queue")
+	id := job["id"].(string)
+	want := map[string]any{"succeeded": 3.0, "failed_again": 2.0, "dead": 0.0, "closed": 0.0, "pending": 0.0}
+	eventually(t, 30*time.Second, func() error {
+		got := api.job(opToken, id)["outcomes"]
+		if !assert.ObjectsAreEqual(want, got) {
+			return fmt.Errorf("outcomes %v, want %v", got, want)
+		}
+		return nil
+	})
+	require.NoError(t, reportErr())
+}

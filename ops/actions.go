@@ -257,10 +257,10 @@ type BulkRequest struct {
 // refused or errored (Errors says why). A bulk retry that waited for outcomes counts them in
 // Outcomes, over the Succeeded ids.
 type BulkResult struct {
-	Succeeded int               `json:"succeeded"`
-	Failed    int               `json:"failed"`
-	Errors    map[string]string `json:"errors"`
-	Outcomes  *OutcomeCounts    `json:"outcomes,omitempty"`
+	Succeeded int                 `json:"succeeded"`
+	Failed    int                 `json:"failed"`
+	Errors    map[string]string   `json:"errors"`
+	Outcomes  *jobs.OutcomeCounts `json:"outcomes,omitempty"`
 }
 
 // maxBulkIDs bounds one bulk call.

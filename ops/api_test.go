@@ -214,6 +214,13 @@ func (f *fakeTemporal) QueryWorkflow(_ context.Context, id, _, _ string, _ ...in
 func (f *fakeTemporal) GetWorkflowHistory(_ context.Context, id, _ string, _ bool, filter enumspb.HistoryEventFilterType) client.HistoryEventIterator {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	for _, j := range f.jobs {
+		if j.opts.ID == id { // a job's run starts with its input
+			in, _ := converter.GetDefaultDataConverter().ToPayloads(j.in)
+			return &events{evs: []*historypb.HistoryEvent{{EventId: 1, Attributes: &historypb.HistoryEvent_WorkflowExecutionStartedEventAttributes{
+				WorkflowExecutionStartedEventAttributes: &historypb.WorkflowExecutionStartedEventAttributes{Input: in}}}}}
+		}
+	}
 	if filter == enumspb.HISTORY_EVENT_FILTER_TYPE_CLOSE_EVENT {
 		res, ok := f.results[id]
 		if !ok {

@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/retry-scheduler/retry-scheduler/config"
+	"github.com/retry-scheduler/retry-scheduler/jobs"
 	"github.com/retry-scheduler/retry-scheduler/workflows"
 )
 
@@ -42,18 +43,6 @@ type RetryOutcome struct {
 	Status   workflows.Status `json:"status,omitempty"`
 	Error    string           `json:"error,omitempty"`
 	Category string           `json:"category,omitempty"`
-}
-
-// OutcomeCounts counts the outcomes of the items of a bulk retry that were sent the retry,
-// one count each: Succeeded were delivered, FailedAgain reported a new failure and are
-// retrying, Dead went to dead, Closed were closed by hand meanwhile, Pending had not settled
-// when the wait ran out.
-type OutcomeCounts struct {
-	Succeeded   int `json:"succeeded"`
-	FailedAgain int `json:"failed_again"`
-	Dead        int `json:"dead"`
-	Closed      int `json:"closed"`
-	Pending     int `json:"pending"`
 }
 
 // retryMark is a retried item as read around its retry: an attempt beyond Attempts is a new
@@ -102,11 +91,7 @@ func (a *API) judgeRetry(ctx context.Context, m retryMark) (RetryOutcome, *workf
 	}
 	info := d.GetWorkflowExecutionInfo()
 	if info.GetStatus() != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
-		s := closedStatus(info)
-		if s == workflows.StatusDelivered {
-			return RetryOutcome{Result: ResultDelivered, Status: s}, nil
-		}
-		return RetryOutcome{Result: ResultClosed, Status: s}, nil
+		return closedOutcome(info), nil
 	}
 	st, err := a.state(ctx, m.id, nil)
 	if err != nil {
@@ -128,6 +113,16 @@ func (a *API) judgeRetry(ctx context.Context, m retryMark) (RetryOutcome, *workf
 		}
 	}
 	return out, &st
+}
+
+// closedOutcome is the outcome of a retried message whose run has closed: delivered, or
+// closed otherwise.
+func closedOutcome(info *workflowpb.WorkflowExecutionInfo) RetryOutcome {
+	s := closedStatus(info)
+	if s == workflows.StatusDelivered {
+		return RetryOutcome{Result: ResultDelivered, Status: s}
+	}
+	return RetryOutcome{Result: ResultClosed, Status: s}
 }
 
 // closedStatus is a closed run's last status, from its search attribute.
@@ -167,12 +162,12 @@ func (a *API) awaitRetry(ctx context.Context, m retryMark, wait time.Duration, s
 
 // awaitRetries reads the items of marks every settleEvery, a few at a time, until each has
 // settled or wait runs out, and counts their outcomes.
-func (a *API) awaitRetries(ctx context.Context, marks []retryMark, wait time.Duration) OutcomeCounts {
+func (a *API) awaitRetries(ctx context.Context, marks []retryMark, wait time.Duration) jobs.OutcomeCounts {
 	ctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
 	tick := time.NewTicker(a.settleEvery)
 	defer tick.Stop()
-	var c OutcomeCounts
+	var c jobs.OutcomeCounts
 	left := marks
 	for len(left) > 0 {
 		var mu sync.Mutex
@@ -186,7 +181,9 @@ func (a *API) awaitRetries(ctx context.Context, marks []retryMark, wait time.Dur
 				out, _ := a.judgeRetry(rctx, m)
 				mu.Lock()
 				defer mu.Unlock()
-				c.count(out, func() { still = append(still, m) })
+				if !tally(&c, out) {
+					still = append(still, m)
+				}
 				return nil
 			})
 		}
@@ -205,8 +202,8 @@ func (a *API) awaitRetries(ctx context.Context, marks []retryMark, wait time.Dur
 	return c
 }
 
-// count adds a settled outcome to c, or calls unsettled.
-func (c *OutcomeCounts) count(out RetryOutcome, unsettled func()) {
+// tally adds a settled outcome to c and says so; a pending one it leaves out.
+func tally(c *jobs.OutcomeCounts, out RetryOutcome) bool {
 	switch out.Result {
 	case ResultDelivered:
 		c.Succeeded++
@@ -217,6 +214,7 @@ func (c *OutcomeCounts) count(out RetryOutcome, unsettled func()) {
 	case ResultClosed:
 		c.Closed++
 	default:
-		unsettled()
+		return false
 	}
+	return true
 }

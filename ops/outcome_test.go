@@ -2,6 +2,7 @@ package ops
 
 import (
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -15,13 +16,16 @@ import (
 // "ok…" delivered (its run completes), "bad…" a new failure, "dead…" a new failure that
 // sends it to dead; any other stays awaiting its outcome.
 func settleAs(h *harness) {
-	h.fake.onRetry = func(s *workflows.State) { s.Sequence++ }
+	h.fake.onRetry = func(s *workflows.State) {
+		s.Sequence++
+		s.Events[len(s.Events)-1].At = t0 // the API's clock
+	}
 	h.fake.onQuery = func(s *workflows.State) {
 		if s.Status != workflows.StatusRepublishing {
 			return
 		}
 		id := s.Message.MessageID
-		fail := message.Attempt{Attempt: len(s.Attempts) + 1, Error: "502 from " + id, Category: "transient"}
+		fail := message.Attempt{Attempt: len(s.Attempts) + 1, Timestamp: t0.Add(time.Minute), Error: "502 from " + id, Category: "transient"}
 		switch {
 		case len(id) >= 2 && id[:2] == "ok":
 			s.Status = workflows.StatusDelivered
@@ -130,8 +134,41 @@ func TestBulkRetryCountsOutcomes(t *testing.T) {
 func TestBulkRetryFromDeadJudgedAfterTheReset(t *testing.T) {
 	h := newHarness(t, item("orders", "bad1", workflows.StatusDead, t0, ""))
 	settleAs(h)
-	h.fake.onRetry = nil // the reset alone says the retry was applied
+	h.fake.onRetry = func(*workflows.State) {} // the reset alone says the retry was applied
 	code, out := h.do("o", "POST", "/api/dead-letters/bulk-retry?wait=300ms", `{"ids":["retry/orders/bad1"]}`)
 	require.Equal(t, 200, code, out)
 	assert.Equal(t, map[string]any{"succeeded": 0.0, "failed_again": 1.0, "dead": 0.0, "closed": 0.0, "pending": 0.0}, out["outcomes"])
+}
+
+// A bulk retry job's progress, as GET /api/jobs/{id} shows it, counts how the messages it
+// retried fared; an id the job could not retry is in no count.
+func TestBulkRetryJobShowsOutcomes(t *testing.T) {
+	h := newHarness(t,
+		item("orders", "ok1", workflows.StatusScheduled, t0, ""),
+		item("orders", "bad1", workflows.StatusScheduled, t0, ""),
+		item("orders", "dead1", workflows.StatusScheduled, t0, ""),
+		item("orders", "slow1", workflows.StatusScheduled, t0, ""),
+		item("orders", "gone", workflows.StatusDead, t0, ""),
+	)
+	settleAs(h)
+	code, out := h.do("o", "POST", "/api/retry-queue/bulk-retry",
+		`{"ids":["retry/orders/ok1","retry/orders/bad1","retry/orders/dead1","retry/orders/slow1","retry/orders/gone"]}`)
+	require.Equal(t, 202, code, out)
+	id := out["job"].(map[string]any)["id"].(string)
+	assert.NotContains(t, out["job"], "outcomes", "nothing is known when the job starts")
+	done := h.runJob()
+	assert.Equal(t, 4, done.Done)
+	assert.Equal(t, 1, done.Failed)
+
+	code, out = h.do("v", "GET", "/api/jobs/"+id, "")
+	require.Equal(t, 200, code, out)
+	assert.Equal(t, map[string]any{"succeeded": 1.0, "failed_again": 1.0, "dead": 1.0, "closed": 0.0, "pending": 1.0},
+		out["job"].(map[string]any)["outcomes"])
+
+	// Another kind of job has none.
+	code, out = h.do("o", "POST", "/api/retry-queue/bulk-skip", `{"ids":["retry/orders/slow1"]}`)
+	require.Equal(t, 202, code, out)
+	code, out = h.do("v", "GET", "/api/jobs/"+out["job"].(map[string]any)["id"].(string), "")
+	require.Equal(t, 200, code, out)
+	assert.NotContains(t, out["job"], "outcomes")
 }
