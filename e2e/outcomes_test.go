@@ -155,6 +155,18 @@ func TestOpsBrowserRetryNowShowsTheOutcome(t *testing.T) {
 	retryNow(broken)
 	p.until("the retry's failure", `document.querySelector("#progress").textContent.includes("Failed again")`)
 	assert.Equal(t, "Retried "+broken+": Failed again: still 503 after retry #1 (transient).", p.text("#progress"))
+
+	// Retry selected: the job's outcomes show as they settle.
+	many := append(s.waitingRetries(okQ, "fine-2"), s.waitingRetries(badQ, "broken-2")...)
+	for _, id := range many {
+		p.until("scheduled retry "+id, rowExpr("#rq-table", id))
+	}
+	for _, id := range many {
+		p.do(chromedp.Click(chromedp.CSS(rowSel("#rq-table", id) + ` input.row-select`)))
+	}
+	p.do(chromedp.Click(chromedp.CSS("#rq-bulk-retry")))
+	p.until("the bulk retry's outcomes", `document.querySelector("#job-outcomes").textContent.includes("0 pending")`)
+	assert.Equal(t, "Outcomes: 1 delivered, 1 failed again, 0 pending.", p.text("#job-outcomes"))
 	require.NoError(t, reportErr())
 }
 

@@ -387,6 +387,17 @@ function showJob(j, label) {
   $('#job').dataset.state = j.state;
   $('#job-cancel').hidden = j.state !== 'running' || !(me.role === 'operator' || me.role === 'admin');
   setProgress(jobLine(j, label), j.failed > 0 || (j.canary && j.canary.verdict === 'failed') || j.state === 'failed');
+  $('#job-outcomes').textContent = outcomesLine(j.outcomes);
+}
+
+// outcomesLine says how a bulk retry's messages fared so far; '' for other jobs.
+function outcomesLine(o) {
+  if (!o) return '';
+  const parts = [o.succeeded + ' delivered', o.failed_again + ' failed again'];
+  if (o.dead) parts.push(o.dead + ' dead');
+  if (o.closed) parts.push(o.closed + ' closed');
+  parts.push(o.pending + ' pending');
+  return 'Outcomes: ' + parts.join(', ') + '.';
 }
 
 // followJob shows a job and polls it until it ends.
@@ -406,6 +417,26 @@ async function followJob(job, label) {
     if (followed === job.id) showJob(j, label);
   }
   loadJobs();
+  followOutcomes(j); // in the background: the action is done
+}
+
+// OUTCOME_FOLLOW_MS is how long after a bulk retry's job ended the page still reads it for
+// its outcomes: a message counts as delivered only once its quiet window has passed.
+const OUTCOME_FOLLOW_MS = 60000;
+
+// followOutcomes reads an ended job until its outcomes have settled, for a while; only the
+// outcomes change on the page (the progress line may tell of a later action by then).
+async function followOutcomes(j) {
+  const until = Date.now() + OUTCOME_FOLLOW_MS;
+  while (j.outcomes && j.outcomes.pending > 0 && followed === j.id && Date.now() < until) {
+    await new Promise(r => setTimeout(r, JOB_POLL_MS));
+    try {
+      j = (await api('GET', 'jobs/' + encodeURIComponent(j.id))).job;
+    } catch (e) {
+      return;
+    }
+    if (followed === j.id) $('#job-outcomes').textContent = outcomesLine(j.outcomes);
+  }
 }
 
 async function cancelJob() {
