@@ -49,7 +49,7 @@ func (s *stack) reportsBack(queue string) (*consumer, func() error) {
 	})
 }
 
-func TestRetryNowAnswersDelivered(t *testing.T) {
+func TestRetryNowOutcomeDelivered(t *testing.T) {
 	s := newStack(t)
 	api := s.runWithOps()
 	q := s.queue(s.prefix+".wait-ok", nil)
@@ -71,7 +71,7 @@ func TestRetryNowAnswersDelivered(t *testing.T) {
 	assert.Equal(t, workflows.StatusDelivered, res.Status)
 }
 
-func TestRetryNowAnswersFailedAgain(t *testing.T) {
+func TestRetryNowOutcomeFailedAgain(t *testing.T) {
 	s := newStack(t)
 	api := s.runWithOps()
 	q := s.queue(s.prefix+".wait-bad", nil)
