@@ -157,6 +157,21 @@ type Progress struct {
 	EndedAt     *time.Time `json:"ended_at,omitempty"`
 	// Runs counts the workflow runs (continue-as-new) the job took.
 	Runs int `json:"runs"`
+	// Outcomes, on a bulk retry, counts how the items sent the retry fared so far. The ops API
+	// reads them from the items when it shows the job: the workflow does not keep them.
+	Outcomes *OutcomeCounts `json:"outcomes,omitempty"`
+}
+
+// OutcomeCounts counts the outcomes of retried items, one count each: Succeeded were
+// delivered (their quiet window passed without a new failure report), FailedAgain reported
+// a new failure and are retried again, Dead went to dead, Closed were closed otherwise
+// meanwhile (resolved, discarded), Pending have not settled yet.
+type OutcomeCounts struct {
+	Succeeded   int `json:"succeeded"`
+	FailedAgain int `json:"failed_again"`
+	Dead        int `json:"dead"`
+	Closed      int `json:"closed"`
+	Pending     int `json:"pending"`
 }
 
 // MaxErrors bounds the errors a job lists.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
 	"slices"
 	"strings"
 	"sync"
@@ -83,16 +84,11 @@ func (a *API) reachable(ctx context.Context, p Principal, act action, id string)
 	return l, nil
 }
 
-// apply checks that act is legal for id now by the workflow's table (and, when only is set,
-// that id is in one of those statuses: a bulk action on the retry queue does not touch dead
-// letters), then signals it with p as the actor, without waiting for the workflow. The bulk
-// routes use it; a single action is an update (single).
-func (a *API) apply(ctx context.Context, p Principal, act action, id, reason string, only []workflows.Status) error {
-	_, err := a.applyLoaded(ctx, p, act, id, reason, only)
-	return err
-}
-
-// applyLoaded is apply, returning the item as it was read before the signal.
+// applyLoaded checks that act is legal for id now by the workflow's table (and, when only is
+// set, that id is in one of those statuses: a bulk action on the retry queue does not touch
+// dead letters), then signals it with p as the actor, without waiting for the workflow, and
+// returns the item as it was read before the signal. The bulk routes and the jobs use it; a
+// single action is an update (single).
 func (a *API) applyLoaded(ctx context.Context, p Principal, act action, id, reason string, only []workflows.Status) (loaded, error) {
 	l, err := a.reachable(ctx, p, act, id)
 	if err != nil {
@@ -154,12 +150,14 @@ type ActionRequest struct {
 }
 
 // ActionResponse answers a single action: 200 with the state after it (Applied is always
-// true; it stays for clients written against the signal-and-poll API).
+// true; it stays for clients written against the signal-and-poll API). A retry with ?wait
+// carries its Outcome, and State is the latest read.
 type ActionResponse struct {
 	ID      string          `json:"id"`
 	Action  string          `json:"action"`
 	Applied bool            `json:"applied"`
 	State   workflows.State `json:"state"`
+	Outcome *RetryOutcome   `json:"outcome,omitempty"`
 }
 
 func (a *API) postMessageAction(w http.ResponseWriter, r *http.Request) {
@@ -194,6 +192,11 @@ func (a *API) deleteDeadLetter(w http.ResponseWriter, r *http.Request) {
 
 func (a *API) single(w http.ResponseWriter, r *http.Request, act action, id string) {
 	p := principalOf(r.Context())
+	wait, err := a.actionWait(r, act)
+	if err != nil {
+		fail(w, err)
+		return
+	}
 	reason, ok := readReason(w, r)
 	if !ok {
 		return
@@ -207,7 +210,26 @@ func (a *API) single(w http.ResponseWriter, r *http.Request, act action, id stri
 		return
 	}
 	a.audit(p, act.Name, []string{id}, reason, "applied", "status", string(st.Status))
-	writeJSON(w, http.StatusOK, ActionResponse{ID: id, Action: act.Name, Applied: true, State: st})
+	resp := ActionResponse{ID: id, Action: act.Name, Applied: true, State: st}
+	if wait > 0 {
+		out, now := a.awaitRetry(r.Context(), markAfter(id, st), wait, st)
+		resp.Outcome, resp.State = &out, now
+		a.log.Info("operator retry outcome", "actor", p.Name, "ids", []string{id}, "outcome", out.Result, "status", string(out.Status))
+	}
+	writeJSON(w, http.StatusOK, resp)
+}
+
+// actionWait reads a single action's ?wait: how long a retry waits for its outcome. Only a
+// retry has one to wait for: a skip, resolve or discard is done when it is applied.
+func (a *API) actionWait(r *http.Request, act action) (time.Duration, error) {
+	if err := knownParams(r.URL.Query(), paramWait); err != nil {
+		return 0, err
+	}
+	wait, err := parseOutcomeWait(r.URL.Query())
+	if err == nil && wait > 0 && act != actionRetry {
+		err = badf("wait applies to a retry only: a %s has no later outcome", act.Name)
+	}
+	return wait, err
 }
 
 // audit logs one mutating call: who, what, which ids, the result. Never the token.
@@ -231,11 +253,14 @@ type BulkRequest struct {
 	Reason string   `json:"reason,omitempty"`
 }
 
-// BulkResult counts a bulk action's outcomes; Errors says why each failed id failed.
+// BulkResult counts a bulk action's results: Succeeded ids were sent the action, Failed were
+// refused or errored (Errors says why). A bulk retry that waited for outcomes counts them in
+// Outcomes, over the Succeeded ids.
 type BulkResult struct {
-	Succeeded int               `json:"succeeded"`
-	Failed    int               `json:"failed"`
-	Errors    map[string]string `json:"errors"`
+	Succeeded int                 `json:"succeeded"`
+	Failed    int                 `json:"failed"`
+	Errors    map[string]string   `json:"errors"`
+	Outcomes  *jobs.OutcomeCounts `json:"outcomes,omitempty"`
 }
 
 // maxBulkIDs bounds one bulk call.
@@ -262,47 +287,82 @@ func (a *API) bulk(act action, from ...workflows.Status) http.HandlerFunc {
 			fail(w, err)
 			return
 		}
-		switch v := r.URL.Query().Get(paramWait); v {
-		case "", "false":
+		inCall, wait, err := bulkWait(r.URL.Query().Get(paramWait), act, len(req.IDs))
+		if err != nil {
+			fail(w, err)
+			return
+		}
+		if !inCall {
 			a.startJob(w, r, p, jobs.Input{Kind: name, Target: target(p, act, req.Reason, from), IDs: req.IDs, Rate: a.cfg.ReplayRate}, req.IDs)
 			return
-		case "true":
-			if len(req.IDs) > maxSyncBulk {
-				fail(w, badf("wait=true acts on at most %d ids in the call; leave it out to start a job for %d", maxSyncBulk, len(req.IDs)))
-				return
-			}
-		default:
-			fail(w, badf("wait %q is not true or false", v))
-			return
 		}
+		// The outcomes are awaited within the call's bound too.
 		ctx, cancel := context.WithTimeout(r.Context(), bulkTimeout)
 		defer cancel()
-		res := BulkResult{Errors: map[string]string{}}
-		var mu sync.Mutex
-		var g errgroup.Group
-		g.SetLimit(bulkParallel)
-		for _, id := range req.IDs {
-			g.Go(func() error {
-				err := a.apply(ctx, p, act, id, req.Reason, from)
-				mu.Lock()
-				defer mu.Unlock()
-				if err != nil {
-					res.Failed++
-					res.Errors[id] = err.Error()
-				} else {
-					res.Succeeded++
-				}
-				return nil
-			})
+		res, marks := a.bulkApply(ctx, p, act, req, from)
+		auditKV := []any{"succeeded", res.Succeeded, "failed", res.Failed}
+		if wait > 0 {
+			c := a.awaitRetries(ctx, marks, wait)
+			res.Outcomes = &c
+			auditKV = append(auditKV, "delivered", c.Succeeded, "failed_again", c.FailedAgain, "dead", c.Dead, "pending", c.Pending)
 		}
-		_ = g.Wait()
-		a.audit(p, name, req.IDs, req.Reason, "done", "succeeded", res.Succeeded, "failed", res.Failed)
+		a.audit(p, name, req.IDs, req.Reason, "done", auditKV...)
 		writeJSON(w, http.StatusOK, res)
 	}
 }
 
-// paramWait asks a bulk call to act synchronously.
+// bulkApply sends act to each of req's ids in one of the statuses from, a few at a time, and
+// returns the counts and, for each id sent the action, its mark for awaiting its outcome.
+func (a *API) bulkApply(ctx context.Context, p Principal, act action, req BulkRequest, from []workflows.Status) (BulkResult, []retryMark) {
+	res := BulkResult{Errors: map[string]string{}}
+	var marks []retryMark
+	var mu sync.Mutex
+	var g errgroup.Group
+	g.SetLimit(bulkParallel)
+	for _, id := range req.IDs {
+		g.Go(func() error {
+			l, err := a.applyLoaded(ctx, p, act, id, req.Reason, from)
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				res.Failed++
+				res.Errors[id] = err.Error()
+			} else {
+				res.Succeeded++
+				marks = append(marks, markBefore(id, l.state))
+			}
+			return nil
+		})
+	}
+	_ = g.Wait()
+	return res, marks
+}
+
+// paramWait asks a bulk call to act synchronously (true), and a retry to wait so long for its
+// outcomes (a duration).
 const paramWait = "wait"
+
+// bulkWait reads a bulk call's ?wait: absent or false starts a job; true acts in the call; a
+// duration, on a retry, acts in the call and then waits up to it for the outcomes.
+func bulkWait(v string, act action, n int) (inCall bool, wait time.Duration, err error) {
+	switch v {
+	case "", "false":
+		return false, 0, nil
+	case "true":
+	default:
+		wait, err = parseOutcomeWait(url.Values{paramWait: {v}})
+		if err != nil {
+			return false, 0, badf("wait %q is not true, false or a duration from 0 to %s", v, maxOutcomeWait)
+		}
+		if act != actionRetry {
+			return false, 0, badf("wait=<duration> applies to a bulk retry only: a %s has no later outcome (wait=true acts in the call)", act.Name)
+		}
+	}
+	if n > maxSyncBulk {
+		return false, 0, badf("wait=%s acts on at most %d ids in the call; leave it out to start a job for %d", v, maxSyncBulk, n)
+	}
+	return true, wait, nil
+}
 
 func checkBulk(req BulkRequest) error {
 	if len(req.IDs) == 0 {

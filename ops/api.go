@@ -141,8 +141,11 @@ func (c APIConfig) withDefaults() APIConfig {
 type API struct {
 	cfg APIConfig
 	log *slog.Logger
-	// settleEvery is how often a canary replay reads its replayed items' outcomes.
+	// settleEvery is how often a canary replay, or a call waiting for its retries' outcomes,
+	// reads the retried items.
 	settleEvery time.Duration
+	// outcomes remembers the settled outcomes of the bulk retry jobs shown (jobOutcomes).
+	outcomes outcomeCache
 	// scans holds a token per scan running (acquireScan).
 	scans chan struct{}
 	// patterns are the API's routes as Register mounted them ("GET /api/whoami", ...).

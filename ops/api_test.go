@@ -55,6 +55,9 @@ type fakeTemporal struct {
 	starts   []fakeStartOp
 	// onRetry, when set, settles a dead letter's replay as soon as it is signalled.
 	onRetry func(s *workflows.State)
+	// onQuery, when set, sees a message's state before each state query answers it (the
+	// fake's lock held): a test settles a retry there as the workflow would, later.
+	onQuery func(s *workflows.State)
 	// jobs are the jobs started.
 	jobs []fakeJob
 }
@@ -201,6 +204,9 @@ func (f *fakeTemporal) QueryWorkflow(_ context.Context, id, _, _ string, _ ...in
 	if f.delayed[id] != nil {
 		return nil, serviceerror.NewWorkflowNotReady("Workflow task is not scheduled yet.")
 	}
+	if f.onQuery != nil {
+		f.onQuery(s)
+	}
 	b, err := json.Marshal(s)
 	return encoded{b}, err
 }
@@ -208,6 +214,13 @@ func (f *fakeTemporal) QueryWorkflow(_ context.Context, id, _, _ string, _ ...in
 func (f *fakeTemporal) GetWorkflowHistory(_ context.Context, id, _ string, _ bool, filter enumspb.HistoryEventFilterType) client.HistoryEventIterator {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	for _, j := range f.jobs {
+		if j.opts.ID == id { // a job's run starts with its input
+			in, _ := converter.GetDefaultDataConverter().ToPayloads(j.in)
+			return &events{evs: []*historypb.HistoryEvent{{EventId: 1, Attributes: &historypb.HistoryEvent_WorkflowExecutionStartedEventAttributes{
+				WorkflowExecutionStartedEventAttributes: &historypb.WorkflowExecutionStartedEventAttributes{Input: in}}}}}
+		}
+	}
 	if filter == enumspb.HISTORY_EVENT_FILTER_TYPE_CLOSE_EVENT {
 		res, ok := f.results[id]
 		if !ok {

@@ -5,7 +5,6 @@ import (
 	"time"
 
 	enumspb "go.temporal.io/api/enums/v1"
-	"go.temporal.io/sdk/converter"
 
 	"github.com/retry-scheduler/retry-scheduler/config"
 	"github.com/retry-scheduler/retry-scheduler/workflows"
@@ -94,11 +93,7 @@ func (a *API) outcome(ctx context.Context, b baseline) outcome {
 	}
 	info := d.GetWorkflowExecutionInfo()
 	if info.GetStatus() != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
-		var s string
-		if p, ok := info.GetSearchAttributes().GetIndexedFields()[workflows.SAStatus.GetName()]; ok {
-			_ = converter.GetDefaultDataConverter().FromPayload(p, &s)
-		}
-		if workflows.Status(s) == workflows.StatusDelivered {
+		if closedStatus(info) == workflows.StatusDelivered {
 			return delivered
 		}
 		return failedAgain

@@ -282,7 +282,7 @@ func (a *API) jobProgress(ctx context.Context, base jobs.Progress, status enumsp
 	return base
 }
 
-// getJob answers GET /api/jobs/{id}.
+// getJob answers GET /api/jobs/{id}; a bulk retry's with the outcomes of its retries so far.
 func (a *API) getJob(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), readTimeout)
 	defer cancel()
@@ -290,6 +290,14 @@ func (a *API) getJob(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		fail(w, err)
 		return
+	}
+	if job.Kind == jobs.KindBulkRetry {
+		c, err := a.jobOutcomes(ctx, job)
+		if err != nil {
+			a.log.Warn("job outcomes unreadable", "job", job.ID, "error", err)
+		} else {
+			job.Outcomes = &c
+		}
 	}
 	writeJSON(w, http.StatusOK, JobResponse{Job: job})
 }

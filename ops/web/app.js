@@ -288,15 +288,51 @@ function setProgress(text, bad) {
 
 const verbs = { retry: 'Retried', skip: 'Skipped', resolve: 'Resolved', discard: 'Deleted' };
 
+// RETRY_WAIT is how long a retry-now waits for its outcome: the republished message is
+// delivered once its quiet window passes without a new failure report.
+const RETRY_WAIT = '20s';
+
 async function rowAction(id, action, question) {
   if (question && !window.confirm(question)) return;
+  const path = 'messages/' + encodeURIComponent(id) + '/' + action;
   try {
-    const r = await api('POST', 'messages/' + encodeURIComponent(id) + '/' + action, {});
-    setProgress(verbs[action] + ' ' + id + ': now ' + r.state.status + '.');
+    if (action === 'retry') {
+      await retryAction(path, id);
+    } else {
+      const r = await api('POST', path, {});
+      setProgress(verbs[action] + ' ' + id + ': now ' + r.state.status + '.');
+    }
   } catch (e) {
     if (e.status !== 401) setProgress(e.message, true);
   }
   await refreshAll();
+}
+
+// retryAction retries id and says how it went once the outcome is known, or that it is
+// still pending; the tables refresh meanwhile, as soon as the retry is applied.
+async function retryAction(path, id) {
+  // A refused retry replaces this line with the refusal.
+  setProgress(verbs.retry + ' ' + id + ': waiting for the outcome…');
+  const early = setTimeout(refreshAll, 1000);
+  try {
+    const r = await api('POST', path + '?wait=' + RETRY_WAIT, {});
+    const o = r.outcome || { result: 'pending', status: r.state.status };
+    setProgress(verbs.retry + ' ' + id + ': ' + outcomeLine(o), o.result === 'failed_again' || o.result === 'dead');
+  } finally {
+    clearTimeout(early);
+  }
+}
+
+// outcomeLine says a retry's outcome in words.
+function outcomeLine(o) {
+  const why = o.error ? ': ' + o.error + (o.category ? ' (' + o.category + ')' : '') : '';
+  switch (o.result) {
+    case 'delivered': return 'Retry successful.';
+    case 'failed_again': return 'Failed again' + why + '.';
+    case 'dead': return 'Failed again and moved to the dead letters' + why + '.';
+    case 'closed': return 'Now ' + o.status + '.';
+    default: return 'Still pending (now ' + o.status + '): no outcome within ' + RETRY_WAIT + '.';
+  }
 }
 
 async function bulkAction(btn) {
@@ -351,6 +387,17 @@ function showJob(j, label) {
   $('#job').dataset.state = j.state;
   $('#job-cancel').hidden = j.state !== 'running' || !(me.role === 'operator' || me.role === 'admin');
   setProgress(jobLine(j, label), j.failed > 0 || (j.canary && j.canary.verdict === 'failed') || j.state === 'failed');
+  $('#job-outcomes').textContent = outcomesLine(j.outcomes);
+}
+
+// outcomesLine says how a bulk retry's messages fared so far; '' for other jobs.
+function outcomesLine(o) {
+  if (!o) return '';
+  const parts = [o.succeeded + ' delivered', o.failed_again + ' failed again'];
+  if (o.dead) parts.push(o.dead + ' dead');
+  if (o.closed) parts.push(o.closed + ' closed');
+  parts.push(o.pending + ' pending');
+  return 'Outcomes: ' + parts.join(', ') + '.';
 }
 
 // followJob shows a job and polls it until it ends.
@@ -370,6 +417,26 @@ async function followJob(job, label) {
     if (followed === job.id) showJob(j, label);
   }
   loadJobs();
+  followOutcomes(j); // in the background: the action is done
+}
+
+// OUTCOME_FOLLOW_MS is how long after a bulk retry's job ended the page still reads it for
+// its outcomes: a message counts as delivered only once its quiet window has passed.
+const OUTCOME_FOLLOW_MS = 60000;
+
+// followOutcomes reads an ended job until its outcomes have settled, for a while; only the
+// outcomes change on the page (the progress line may tell of a later action by then).
+async function followOutcomes(j) {
+  const until = Date.now() + OUTCOME_FOLLOW_MS;
+  while (j.outcomes && j.outcomes.pending > 0 && followed === j.id && Date.now() < until) {
+    await new Promise(r => setTimeout(r, JOB_POLL_MS));
+    try {
+      j = (await api('GET', 'jobs/' + encodeURIComponent(j.id))).job;
+    } catch (e) {
+      return;
+    }
+    if (followed === j.id) $('#job-outcomes').textContent = outcomesLine(j.outcomes);
+  }
 }
 
 async function cancelJob() {

@@ -1,0 +1,205 @@
+//go:build integration
+
+package e2e
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/retry-scheduler/retry-scheduler/message"
+	"github.com/retry-scheduler/retry-scheduler/workflows"
+)
+
+// The e2e-wait policy (the stack's "e2e-*.wait*" queues) waits 8 s before a retry and has a
+// 2 s quiet window: a message stays scheduled long enough for the operator's retry-now, and
+// the outcome of that retry is known about 2 s after it.
+
+// waitingRetries publishes a failure of each id on queue and waits until each is scheduled.
+func (s *stack) waitingRetries(queue string, ids ...string) []string {
+	s.t.Helper()
+	var wids []string
+	for _, id := range ids {
+		s.publishRetry(message.RetryMessage{MessageID: id, OriginalPayload: []byte("p-" + id), OriginalQueue: queue,
+			ErrorReason: "503 from the api", ErrorCategory: "transient"})
+		wids = append(wids, message.WorkflowID(queue, id))
+	}
+	for _, id := range wids {
+		eventually(s.t, 30*time.Second, func() error {
+			if st := s.retryStatus(id); st != workflows.StatusScheduled {
+				return fmt.Errorf("%s is %q, want scheduled", id, st)
+			}
+			return nil
+		})
+	}
+	return wids
+}
+
+// reportsBack is a consumer of queue that fails every delivery and reports it back with the
+// scheduler's headers, as an integrated service does.
+func (s *stack) reportsBack(queue string) (*consumer, func() error) {
+	return s.failingConsumer(queue, func(d amqp.Delivery, n int, key string) message.RetryMessage {
+		return message.RetryMessage{MessageID: d.MessageId, OriginalPayload: d.Body, OriginalQueue: queue,
+			ErrorReason: fmt.Sprintf("still 503 after retry #%d", n), ErrorCategory: "transient", RetryCount: n, RetryKey: key}
+	})
+}
+
+func TestRetryNowOutcomeDelivered(t *testing.T) {
+	s := newStack(t)
+	api := s.runWithOps()
+	q := s.queue(s.prefix+".wait-ok", nil)
+	c := s.consume(q, nil)
+	id := s.waitingRetries(q, "fine")[0]
+
+	sent := time.Now()
+	out := api.must(200, opToken, "POST", msgPath(id)+"/retry?wait=20s", map[string]string{"reason": "api back"})
+	took := time.Since(sent)
+	oc, ok := out["outcome"].(map[string]any)
+	require.True(t, ok, "an outcome: %v", out)
+	assert.Equal(t, "delivered", oc["result"], "%v", out)
+	assert.Equal(t, "delivered", oc["status"])
+	assert.GreaterOrEqual(t, took, 2*time.Second, "delivered only once the 2 s quiet window passed")
+	assert.Less(t, took, 8*time.Second, "the retry-now republished before the policy's 8 s delay")
+	d := c.next(t, 5*time.Second)
+	assert.Equal(t, "fine", d.MessageId)
+	res := s.workflowResult(id, 10*time.Second)
+	assert.Equal(t, workflows.StatusDelivered, res.Status)
+}
+
+func TestRetryNowOutcomeFailedAgain(t *testing.T) {
+	s := newStack(t)
+	api := s.runWithOps()
+	q := s.queue(s.prefix+".wait-bad", nil)
+	c, reportErr := s.reportsBack(q)
+	id := s.waitingRetries(q, "broken")[0]
+
+	out := api.must(200, opToken, "POST", msgPath(id)+"/retry?wait=20s", nil)
+	require.NoError(t, reportErr())
+	oc, ok := out["outcome"].(map[string]any)
+	require.True(t, ok, "an outcome: %v", out)
+	assert.Equal(t, "failed_again", oc["result"], "%v", out)
+	assert.Equal(t, "still 503 after retry #1", oc["error"], "the new failure's error")
+	assert.Equal(t, "transient", oc["category"])
+	assert.Equal(t, "scheduled", oc["status"], "retried again on the policy's schedule")
+	st := out["state"].(map[string]any)
+	assert.Len(t, st["attempts"], 2, "the first failure and the retry's")
+	assert.Len(t, c.all(), 1, "one republish")
+
+	// Without a wait the answer is the state right after the retry, as before.
+	out = api.must(200, opToken, "POST", msgPath(id)+"/retry", nil)
+	assert.NotContains(t, out, "outcome")
+	api.must(400, opToken, "POST", msgPath(id)+"/retry?wait=2m", nil)
+}
+
+func TestBulkRetryCountsOutcomes(t *testing.T) {
+	s := newStack(t)
+	api := s.runWithOps()
+	okQ := s.queue(s.prefix+".wait-ok", nil)
+	badQ := s.queue(s.prefix+".wait-bad", nil)
+	okC := s.consume(okQ, nil)
+	badC, reportErr := s.reportsBack(badQ)
+	var ok, bad []string
+	for i := range 10 {
+		ok = append(ok, fmt.Sprintf("ok-%02d", i))
+		bad = append(bad, fmt.Sprintf("bad-%02d", i))
+	}
+	ids := append(s.waitingRetries(okQ, ok...), s.waitingRetries(badQ, bad...)...)
+	require.Len(t, ids, 20)
+
+	out := api.must(200, opToken, "POST", "/api/retry-queue/bulk-retry?wait=30s", map[string]any{"ids": ids, "reason": "api back"})
+	require.NoError(t, reportErr())
+	assert.EqualValues(t, 20, out["succeeded"], "%v", out)
+	assert.EqualValues(t, 0, out["failed"], "%v", out)
+	assert.Equal(t, map[string]any{"succeeded": 10.0, "failed_again": 10.0, "dead": 0.0, "closed": 0.0, "pending": 0.0}, out["outcomes"])
+	assert.Len(t, okC.all(), 10)
+	assert.Len(t, badC.all(), 10)
+	for _, id := range ids[:10] {
+		assert.Equal(t, workflows.StatusDelivered, s.retryStatus(id), id)
+	}
+}
+
+// The page's Retry now waits for the outcome and says it: Retry successful, or the failure.
+func TestOpsBrowserRetryNowShowsTheOutcome(t *testing.T) {
+	ctx := browser(t)
+	s := newStack(t)
+	api := s.runWithOps()
+	okQ := s.queue(s.prefix+".wait-ok", nil)
+	badQ := s.queue(s.prefix+".wait-bad", nil)
+	s.consume(okQ, nil)
+	_, reportErr := s.reportsBack(badQ)
+	fine := s.waitingRetries(okQ, "fine")[0]
+	broken := s.waitingRetries(badQ, "broken")[0]
+	p := &pageDriver{t: t, ctx: ctx}
+	p.do(
+		chromedp.Navigate(api.base+"/"),
+		chromedp.WaitVisible(chromedp.CSS("#token-input")),
+		chromedp.SendKeys(chromedp.CSS("#token-input"), opToken),
+		chromedp.Click(chromedp.CSS("#sign-in")),
+		chromedp.WaitVisible(chromedp.CSS("#rq-table")),
+	)
+	retryNow := func(id string) {
+		t.Helper()
+		p.until("scheduled retry "+id, rowExpr("#rq-table", id))
+		p.do(chromedp.Click(chromedp.CSS(rowSel("#rq-table", id) + ` td.actions button:nth-child(2)`)))
+	}
+
+	retryNow(fine)
+	p.until("the retry's outcome", `document.querySelector("#progress").textContent.includes("Retry successful")`)
+	assert.Equal(t, "Retried "+fine+": Retry successful.", p.text("#progress"))
+
+	retryNow(broken)
+	p.until("the retry's failure", `document.querySelector("#progress").textContent.includes("Failed again")`)
+	assert.Equal(t, "Retried "+broken+": Failed again: still 503 after retry #1 (transient).", p.text("#progress"))
+
+	// Retry selected: the job's outcomes show as they settle.
+	many := append(s.waitingRetries(okQ, "fine-2"), s.waitingRetries(badQ, "broken-2")...)
+	for _, id := range many {
+		p.until("scheduled retry "+id, rowExpr("#rq-table", id))
+	}
+	for _, id := range many {
+		p.do(chromedp.Click(chromedp.CSS(rowSel("#rq-table", id) + ` input.row-select`)))
+	}
+	p.do(chromedp.Click(chromedp.CSS("#rq-bulk-retry")))
+	p.until("the bulk retry's outcomes", `document.querySelector("#job-outcomes").textContent.includes("0 pending")`)
+	assert.Equal(t, "Outcomes: 1 delivered, 1 failed again, 0 pending.", p.text("#job-outcomes"))
+	require.NoError(t, reportErr())
+}
+
+// A bulk retry job counts signals sent as it goes; GET /api/jobs/{id} adds how the retried
+// messages fared, as they settle.
+func TestBulkRetryJobCountsOutcomes(t *testing.T) {
+	s := newStack(t)
+	api := s.runWithOps()
+	okQ := s.queue(s.prefix+".wait-ok", nil)
+	badQ := s.queue(s.prefix+".wait-bad", nil)
+	s.consume(okQ, nil)
+	_, reportErr := s.reportsBack(badQ)
+	ids := append(s.waitingRetries(okQ, "ok-1", "ok-2", "ok-3"), s.waitingRetries(badQ, "bad-1", "bad-2")...)
+	refused := s.dead(okQ, "", "dead-1")[0]
+	eventually(t, 30*time.Second, func() error {
+		if st := s.retryStatus(refused); st != workflows.StatusDead {
+			return fmt.Errorf("%s is %q, want dead", refused, st)
+		}
+		return nil
+	})
+
+	job := api.waitJob(opToken, api.must(202, opToken, "POST", "/api/retry-queue/bulk-retry",
+		map[string]any{"ids": append(ids, refused), "reason": "api back"}))
+	assert.EqualValues(t, 5, job["done"], "%v", job)
+	assert.EqualValues(t, 1, job["failed"], "a dead letter is not on the retry queue")
+	id := job["id"].(string)
+	want := map[string]any{"succeeded": 3.0, "failed_again": 2.0, "dead": 0.0, "closed": 0.0, "pending": 0.0}
+	eventually(t, 30*time.Second, func() error {
+		got := api.job(opToken, id)["outcomes"]
+		if !assert.ObjectsAreEqual(want, got) {
+			return fmt.Errorf("outcomes %v, want %v", got, want)
+		}
+		return nil
+	})
+	require.NoError(t, reportErr())
+}
