@@ -83,7 +83,7 @@ func TestTLS(t *testing.T) {
 		_, err := broker.Dial(broker.Config{URL: node.URL, TLS: tc, DialTimeout: 5 * time.Second})
 		require.Error(t, err)
 		assert.Contains(t, err.Error(), "certificate signed by unknown authority")
-		assert.Contains(t, err.Error(), "amqps://guest:xxxxx@localhost")
+		assert.Contains(t, err.Error(), "localhost:", "the broker named by host:port")
 		assert.NotContains(t, err.Error(), "guest:guest")
 	})
 
