@@ -370,11 +370,13 @@ func TestOpsAPI(t *testing.T) {
 	})
 }
 
-// A new message whose first delay is short waits it as the workflow's start delay: the run
-// has had no task, so Temporal refuses the state query, and the API reads the state from the
-// run's start instead. Operators see it like any other scheduled retry.
+// With START_DELAY_MAX set, a new message whose first delay is short waits it as the
+// workflow's start delay: the run has had no task, so Temporal refuses the state query, and
+// the API reads the state from the run's start instead. Operators see it like any other
+// scheduled retry.
 func TestOpsAPIShowsARetryInItsStartDelay(t *testing.T) {
 	s := newStack(t)
+	s.cfg.StartDelayMax = 10 * time.Second // the start-delay lever, off by default
 	api := s.runWithOps()
 	q := s.queue(s.prefix+".waiting", nil) // routed to the 8 s policy
 	c := s.consume(q, nil)
