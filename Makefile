@@ -41,7 +41,7 @@ COVERAGE_GATES_FILE ?= internal/testreport/coverage-gates.txt
 COVERAGE_GATES ?=
 # Passed to the integration tier's go test, and to test-e2e-postgres's.
 INTEGRATION_TIMEOUT ?= 30m
-E2E_TIMEOUT ?= 15m
+E2E_TIMEOUT ?= 25m
 # e2e tests the PostgreSQL pass leaves to the dev-server pass: what they check does not depend
 # on the engine (the SDK's fatal-error grace alone takes three minutes).
 E2E_POSTGRES_SKIP ?= ^TestFatalWorkerErrorEndsTheProcess$$

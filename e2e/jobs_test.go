@@ -30,7 +30,7 @@ func (a *opsAPI) waitJob(token string, started map[string]any) map[string]any {
 	a.t.Helper()
 	id := started["job"].(map[string]any)["id"].(string)
 	var job map[string]any
-	eventually(a.t, 3*time.Minute, func() error {
+	eventually(a.t, 6*time.Minute, func() error { // a 2,000-item replay at 20/s took over 3 min on PostgreSQL in CI
 		job = a.job(token, id)
 		if job["state"] == "running" {
 			return fmt.Errorf("job %s still running: %v done", id, job["done"])
