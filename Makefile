@@ -350,15 +350,15 @@ docs: ## Regenerate docs/configuration-reference.md from config/settings.go
 	$(GO) run ./internal/configdoc -o docs/configuration-reference.md
 
 demo: ## Inject demo traffic with the starter (run `make run` in another terminal first)
-	$(GO) run ./starter demo
+	$(GO) run ./cmd/starter demo
 
-bench: $(TEMPORAL_CLI) rabbitmq $(if $(findstring postgres,$(BENCH_FLAGS)),temporal-server) ## Benchmark: ceiling, ladder, sustained, burst, mixed (15–25 min; flags in BENCH_FLAGS: -engine postgres, -temporal-address; bench/README.md)
-	$(GO) run ./bench $(BENCH_FLAGS)
+bench: $(TEMPORAL_CLI) rabbitmq $(if $(findstring postgres,$(BENCH_FLAGS)),temporal-server) ## Benchmark: ceiling, ladder, sustained, burst, mixed (15–25 min; flags in BENCH_FLAGS: -engine postgres, -temporal-address; cmd/bench/README.md)
+	$(GO) run ./cmd/bench $(BENCH_FLAGS)
 
 # Built, not `go run`, so that a SIGTERM reaches the soak, which then stops its processes
 # and always leaves RabbitMQ running. Flags through SOAK_FLAGS, e.g. SOAK_FLAGS='-n 500 -kills 6'.
-soak: tools rabbitmq $(if $(findstring postgres,$(SOAK_FLAGS)),temporal-server) ## Fault soak: 10,000 messages through the pipeline under kills, restarts and network faults (soak/README.md)
-	@mkdir -p $(CACHE)/bin && $(GO) build -o $(CACHE)/bin/soak ./soak && $(CACHE)/bin/soak $(SOAK_FLAGS)
+soak: tools rabbitmq $(if $(findstring postgres,$(SOAK_FLAGS)),temporal-server) ## Fault soak: 10,000 messages through the pipeline under kills, restarts and network faults (cmd/soak/README.md)
+	@mkdir -p $(CACHE)/bin && $(GO) build -o $(CACHE)/bin/soak ./cmd/soak && $(CACHE)/bin/soak $(SOAK_FLAGS)
 
 clean: ## Remove bin/ and coverage files
 	rm -rf bin/ coverage.out coverage.html *.coverprofile

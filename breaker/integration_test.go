@@ -15,7 +15,7 @@ import (
 	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/temporal"
 
-	"github.com/retry-scheduler/retry-scheduler/devserver"
+	"github.com/retry-scheduler/retry-scheduler/internal/devserver"
 	"github.com/retry-scheduler/retry-scheduler/message"
 	"github.com/retry-scheduler/retry-scheduler/policy"
 	"github.com/retry-scheduler/retry-scheduler/workflows"

@@ -3,7 +3,7 @@ package broker
 import (
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/retry-scheduler/retry-scheduler/metrics/promreg"
+	"github.com/retry-scheduler/retry-scheduler/internal/promreg"
 )
 
 // DeadLetterPublishFailuresName is the counter of failed dead-letter publishes.

@@ -23,7 +23,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/retry-scheduler/retry-scheduler/broker/brokertest"
-	"github.com/retry-scheduler/retry-scheduler/devserver"
+	"github.com/retry-scheduler/retry-scheduler/internal/devserver"
 )
 
 // A worker whose namespace is deleted under it gets NamespaceNotFound from its polls; once

@@ -21,7 +21,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/retry-scheduler/retry-scheduler/broker/brokertest"
-	"github.com/retry-scheduler/retry-scheduler/devserver"
+	"github.com/retry-scheduler/retry-scheduler/internal/devserver"
 	"github.com/retry-scheduler/retry-scheduler/message"
 	"github.com/retry-scheduler/retry-scheduler/service"
 	"github.com/retry-scheduler/retry-scheduler/workflows"

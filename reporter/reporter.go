@@ -27,7 +27,7 @@ type Reporter struct {
 	Retention time.Duration
 	// Eager asks for eager workflow start: when a worker runs in the same process, the first
 	// workflow task is handed to it in the start response, which cuts the first retry's
-	// lateness (bench/README.md). Without it, signal-with-start is one call.
+	// lateness (cmd/bench/README.md). Without it, signal-with-start is one call.
 	Eager bool
 	// StartDelayMax is the longest first delay waited as the workflow's start delay (see
 	// Report); 0 never delays a start. Signals do not end a start delay, so an operator's

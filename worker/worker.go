@@ -19,7 +19,7 @@ const (
 	// DefaultWorkflowPollers is the worker's workflow-task pollers unless told. A task that
 	// finds a poller waiting is handed over at once; one that finds none waits in Temporal's
 	// matching (the first task of a delayed start comes through the normal queue), so too few
-	// pollers cap the throughput (bench/README.md, Levers).
+	// pollers cap the throughput (cmd/bench/README.md, Levers).
 	DefaultWorkflowPollers = 16
 	// DefaultStopTimeout lets in-flight publishes finish on shutdown.
 	DefaultStopTimeout = 30 * time.Second
@@ -80,7 +80,7 @@ func New(c client.Client, o Options, acts *activities.Activities) sdkworker.Work
 }
 
 // SDKOptions are the SDK worker options New uses for o (defaults applied). The benchmark's
-// bare-engine probe (./bench) runs on them too, so that its ceiling is measured with the
+// bare-engine probe (./cmd/bench) runs on them too, so that its ceiling is measured with the
 // service's own worker settings.
 func SDKOptions(o Options) sdkworker.Options {
 	o = o.withDefaults()

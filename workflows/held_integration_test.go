@@ -16,7 +16,7 @@ import (
 	"go.temporal.io/sdk/converter"
 
 	"github.com/retry-scheduler/retry-scheduler/activities"
-	"github.com/retry-scheduler/retry-scheduler/devserver"
+	"github.com/retry-scheduler/retry-scheduler/internal/devserver"
 	"github.com/retry-scheduler/retry-scheduler/message"
 	"github.com/retry-scheduler/retry-scheduler/policy"
 	"github.com/retry-scheduler/retry-scheduler/reporter"

@@ -17,7 +17,7 @@ import (
 	"go.temporal.io/sdk/client"
 
 	"github.com/retry-scheduler/retry-scheduler/activities"
-	"github.com/retry-scheduler/retry-scheduler/devserver"
+	"github.com/retry-scheduler/retry-scheduler/internal/devserver"
 	"github.com/retry-scheduler/retry-scheduler/message"
 	"github.com/retry-scheduler/retry-scheduler/policy"
 	"github.com/retry-scheduler/retry-scheduler/reporter"

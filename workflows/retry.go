@@ -13,7 +13,7 @@ import (
 
 // Local activity options. Local activities, not regular ones: a regular activity adds an
 // activity task and its history events to every retry, which the server pays for in
-// throughput (bench/README.md, Levers). A publish that keeps failing (broker down) is retried
+// throughput (cmd/bench/README.md, Levers). A publish that keeps failing (broker down) is retried
 // with backoff rather than given up on, so no retry is lost.
 var (
 	republishOptions = workflow.LocalActivityOptions{

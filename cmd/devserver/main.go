@@ -31,7 +31,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/retry-scheduler/retry-scheduler/devserver"
+	"github.com/retry-scheduler/retry-scheduler/internal/devserver"
 )
 
 func main() {

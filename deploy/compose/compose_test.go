@@ -28,7 +28,7 @@ import (
 
 	"github.com/retry-scheduler/retry-scheduler/broker"
 	"github.com/retry-scheduler/retry-scheduler/config"
-	"github.com/retry-scheduler/retry-scheduler/devserver"
+	"github.com/retry-scheduler/retry-scheduler/internal/devserver"
 )
 
 // root is the repository's root, where docker-compose.yml lives and relative mounts resolve.

@@ -8,7 +8,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/retry-scheduler/retry-scheduler/metrics/promreg"
+	"github.com/retry-scheduler/retry-scheduler/internal/promreg"
 )
 
 // DefaultMaxQueues is how many distinct queue label values a process exports by default.

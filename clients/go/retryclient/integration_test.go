@@ -14,7 +14,7 @@ import (
 
 	"github.com/retry-scheduler/retry-scheduler/broker/brokertest"
 	"github.com/retry-scheduler/retry-scheduler/clients/go/retryclient"
-	"github.com/retry-scheduler/retry-scheduler/devserver"
+	"github.com/retry-scheduler/retry-scheduler/internal/devserver"
 )
 
 // dial connects to the real broker for the test's lifetime.

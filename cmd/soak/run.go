@@ -14,8 +14,8 @@ import (
 
 	"github.com/retry-scheduler/retry-scheduler/broker"
 	"github.com/retry-scheduler/retry-scheduler/config"
-	"github.com/retry-scheduler/retry-scheduler/devserver"
 	"github.com/retry-scheduler/retry-scheduler/internal/checkout"
+	"github.com/retry-scheduler/retry-scheduler/internal/devserver"
 	"github.com/retry-scheduler/retry-scheduler/message"
 )
 

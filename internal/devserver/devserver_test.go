@@ -139,7 +139,7 @@ func TestStartFailsFast(t *testing.T) {
 
 // docker-compose.yml's temporal-namespace job registers the same attributes.
 func TestComposeRegistersSearchAttributes(t *testing.T) {
-	b, err := os.ReadFile(filepath.Join("..", "docker-compose.yml"))
+	b, err := os.ReadFile(filepath.Join("..", "..", "docker-compose.yml"))
 	require.NoError(t, err, "docker-compose.yml is part of the repository")
 	var line string
 	for l := range strings.Lines(string(b)) {

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/retry-scheduler/retry-scheduler/broker/brokertest"
-	"github.com/retry-scheduler/retry-scheduler/devserver"
+	"github.com/retry-scheduler/retry-scheduler/internal/devserver"
 )
 
 // Phases, in the order they run.
@@ -159,7 +159,7 @@ func parseConfig(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&c.ServiceLogLevel, "service-log-level", "info", "LOG_LEVEL of the service process")
 	env := &listFlag{}
 	fs.Var(env, "service-env", "extra KEY=VALUE setting of the service process (e.g. BRIDGE_WORKERS=32), repeatable")
-	fs.StringVar(&c.ResultsDir, "results-dir", "bench/results", "directory for the JSON result (\"\" = none)")
+	fs.StringVar(&c.ResultsDir, "results-dir", "cmd/bench/results", "directory for the JSON result (\"\" = none)")
 	fs.BoolVar(&c.ProbeStartDelay, "probe-start-delay", false, "ceiling: the probe waits its delay as a workflow start delay (one workflow task) instead of a timer")
 	abEnv := &listFlag{}
 	fs.Var(abEnv, "ab-env", "run each pipeline phase again (B) with this extra KEY=VALUE service setting (e.g. BREAKERS=off), repeatable")

@@ -328,7 +328,7 @@ func (s *Server) Args() []string {
 
 // DynamicConfig is what the dev server is started with beyond its own defaults. Every write
 // of the dev server goes through one SQLite connection, so what saves a database call per
-// retry is what raises its throughput (measured with `make bench`, bench/README.md Levers):
+// retry is what raises its throughput (measured with `make bench`, cmd/bench/README.md Levers):
 //   - one task-queue partition: with the default four, a workflow task lands on a partition
 //     no poller waits on, is written to the backlog and read back, or waits seconds to be
 //     forwarded; one partition matches it to a waiting poller;

@@ -15,11 +15,11 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/retry-scheduler/retry-scheduler/devserver"
 	"github.com/retry-scheduler/retry-scheduler/internal/checkout"
+	"github.com/retry-scheduler/retry-scheduler/internal/devserver"
 )
 
-// report is the JSON written under bench/results and the source of the table.
+// report is the JSON written under cmd/bench/results and the source of the table.
 type report struct {
 	Started     time.Time `json:"started"`
 	Finished    time.Time `json:"finished"`

@@ -14,10 +14,10 @@ import (
 
 	sdklog "go.temporal.io/sdk/log"
 
-	"github.com/retry-scheduler/retry-scheduler/devserver"
+	"github.com/retry-scheduler/retry-scheduler/internal/devserver"
 )
 
-// report is the JSON written under soak/results/.
+// report is the JSON written under cmd/soak/results/.
 type report struct {
 	RunID    string    `json:"run_id"`
 	Command  string    `json:"command"`

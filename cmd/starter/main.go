@@ -2,8 +2,8 @@
 // fails a share of its messages, so that retries, deliveries and dead letters show up in the
 // Temporal Web UI within a minute.
 //
-//	go run ./starter inject -original-queue orders -id order-42 -payload '{"n":42}' -reason "503 from payments"
-//	go run ./starter demo
+//	go run ./cmd/starter inject -original-queue orders -id order-42 -payload '{"n":42}' -reason "503 from payments"
+//	go run ./cmd/starter demo
 package main
 
 import (

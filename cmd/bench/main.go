@@ -2,12 +2,12 @@
 // ceiling, then the whole pipeline (RabbitMQ → bridge → RetryWorkflow → republish → RabbitMQ)
 // at rising rates, sustained, in a burst, and with consumers that fail again (mixed), with
 // the Temporal server's work per retry, on the dev server or (-engine postgres) the Temporal
-// server on PostgreSQL. It prints a table and writes JSON under bench/results. See
-// bench/README.md for the method and how to read the numbers.
+// server on PostgreSQL. It prints a table and writes JSON under cmd/bench/results. See
+// cmd/bench/README.md for the method and how to read the numbers.
 //
-//	go run ./bench                                        # every phase, default lengths (~15-25 min)
-//	go run ./bench -phases ceiling,sustained,burst -duration 15s -burst-duration 5s
-//	go run ./bench -engine postgres -phases mixed -duration 20s
+//	go run ./cmd/bench                                        # every phase, default lengths (~15-25 min)
+//	go run ./cmd/bench -phases ceiling,sustained,burst -duration 15s -burst-duration 5s
+//	go run ./cmd/bench -engine postgres -phases mixed -duration 20s
 package main
 
 import (
@@ -28,7 +28,7 @@ import (
 
 	sdklog "go.temporal.io/sdk/log"
 
-	"github.com/retry-scheduler/retry-scheduler/devserver"
+	"github.com/retry-scheduler/retry-scheduler/internal/devserver"
 )
 
 func main() {

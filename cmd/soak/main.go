@@ -5,7 +5,7 @@
 // and cuts, partitions and slows the service's connections through loopback proxies. At the
 // end it counts, per message, what was lost (neither delivered, dead-lettered nor parked) and
 // what was unexpected (a wrong outcome, a duplicate with another key, attempts beyond the
-// maximum, a changed payload), prints the figures and writes them as JSON. See soak/README.md.
+// maximum, a changed payload), prints the figures and writes them as JSON. See cmd/soak/README.md.
 package main
 
 import (
@@ -25,7 +25,7 @@ import (
 	"time"
 
 	"github.com/retry-scheduler/retry-scheduler/broker/brokertest"
-	"github.com/retry-scheduler/retry-scheduler/devserver"
+	"github.com/retry-scheduler/retry-scheduler/internal/devserver"
 )
 
 // options are the soak's flags.
@@ -68,7 +68,7 @@ func parseFlags(args []string) (options, error) {
 	fs.DurationVar(&o.delay, "delay", 500*time.Millisecond, "the soak policy's retry delay")
 	// 30s, the built-in policies' quiet window: longer than the longest stall the schedule
 	// makes (a 10 s partition and its recovery). With a quiet window shorter than the stalls,
-	// late reports split message histories across runs (soak/README.md, "Findings").
+	// late reports split message histories across runs (cmd/soak/README.md, "Findings").
 	fs.DurationVar(&o.quietWindow, "quiet-window", 30*time.Second, "the soak policy's quiet window")
 	fs.IntVar(&o.maxRetries, "max-retries", 3, "the soak policy's max retries")
 	fs.Float64Var(&o.hostile, "hostile", 0.1, "bad reports (aimed at the scheduler's own queues or amq.*, over AMQP's limits, not JSON) mixed in, as a share of -n")
@@ -76,7 +76,7 @@ func parseFlags(args []string) (options, error) {
 	fs.DurationVar(&o.faultPeriod, "fault-period", 10*time.Second, "how long a latency fault, a bridge↔Temporal partition or an armed confirm cut lasts")
 	fs.DurationVar(&o.minGap, "min-gap", 5*time.Second, "least time between the end of a fault and the start of the next")
 	fs.DurationVar(&o.restartDelay, "restart-delay", time.Second, "pause between a SIGKILL and the restart")
-	fs.StringVar(&o.resultsDir, "results", "soak/results", "where the JSON result goes")
+	fs.StringVar(&o.resultsDir, "results", "cmd/soak/results", "where the JSON result goes")
 	fs.BoolVar(&o.keep, "keep", false, "keep the run directory (logs, dev server DB) even when the soak passes")
 	fs.BoolVar(&o.verbose, "v", false, "log the soak's own clients (reconnects, retries)")
 	engine := fs.String("engine", string(devserver.EngineDev), "Temporal engine: dev (the CLI's dev server on SQLite) or postgres (the Temporal server "+devserver.ServerVersion+

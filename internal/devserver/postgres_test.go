@@ -351,7 +351,7 @@ func TestDefaultServerDir(t *testing.T) {
 
 // The Makefile installs the version the code expects.
 func TestMakefileServerVersion(t *testing.T) {
-	b, err := os.ReadFile(filepath.Join("..", "Makefile"))
+	b, err := os.ReadFile(filepath.Join("..", "..", "Makefile"))
 	require.NoError(t, err)
 	m := regexp.MustCompile(`(?m)^TEMPORAL_SERVER_VERSION\s*:=\s*(\S+)`).FindSubmatch(b)
 	require.NotNil(t, m, "Makefile: TEMPORAL_SERVER_VERSION := ...")
