@@ -13,7 +13,7 @@ import (
 // Defaults of Config.
 const (
 	DefaultQueue = "retry.scheduled"
-	// DefaultPrefetch leaves room for the deliveries waiting out their first delay (Hold) on
+	// DefaultPrefetch leaves room for the deliveries waiting out their first delay (Defer) on
 	// top of those in the handlers: at 100 reports/s and a 2 s delay, 200 of them.
 	DefaultPrefetch       = 512
 	DefaultWorkers        = 16
@@ -43,7 +43,7 @@ type Config struct {
 	// DeadLetterQueue receives poison and oversize deliveries. Defaults to "manual-review.pending".
 	DeadLetterQueue string
 	// Prefetch is the channel's QoS: unacked deliveries held at once, those waiting out their
-	// first delay (Hold) included. Defaults to DefaultPrefetch.
+	// first delay (Defer) included. Defaults to DefaultPrefetch.
 	Prefetch int
 	// Workers is how many deliveries are handled concurrently. Defaults to 16.
 	Workers int
@@ -75,12 +75,12 @@ type Config struct {
 	// itself (poison, oversize): metadata.service, metadata.service_version and the AMQP
 	// app_id. ServiceName defaults to "retry-scheduler"; ServiceVersion to none.
 	ServiceName, ServiceVersion string
-	// Hold, when set, says how long to keep a decoded report's delivery before reporting it:
+	// Defer, when set, says how long to keep a decoded report's delivery before reporting it:
 	// its first retry's delay when short enough, so that the run starts when the retry is due
-	// and republishes in its first workflow task (reporter.Reporter.HoldFor). The delivery
+	// and republishes in its first workflow task (reporter.Reporter.DeferFor). The delivery
 	// waits unacked, outside the handlers, so the wait costs no handler; with more than
 	// Prefetch − Workers waiting, a report is made at once instead.
-	Hold func(message.FailureReport) time.Duration
+	Defer func(message.FailureReport) time.Duration
 	// DeadLetterMaxBytes is the largest dead-letter envelope the bridge publishes; a larger
 	// one leaves its payload to a message of its own (deadletter.Split). Defaults to
 	// deadletter.DefaultMaxBytes.

@@ -61,8 +61,8 @@ func (s *session) deliver(spanCtx context.Context, span trace.Span, e *entry) re
 			}
 			return s.deadLetter(e, pe)
 		}
-		if e.mayWait && b.cfg.Hold != nil {
-			if hold := b.cfg.Hold(rep); hold > 0 {
+		if e.mayWait && b.cfg.Defer != nil {
+			if hold := b.cfg.Defer(rep); hold > 0 {
 				e.rep, e.due = &rep, time.Now().Add(hold)
 				return result{outcome: outcomeWaiting, wait: e}
 			}

@@ -29,7 +29,7 @@ type entry struct {
 	// envelopeErr is why the broker refused its envelope for good; the parked workflow then
 	// is the delivery's record.
 	envelopeErr string
-	// rep is the decoded report of a delivery that waits out its first delay (Config.Hold),
+	// rep is the decoded report of a delivery that waits out its first delay (Config.Defer),
 	// reported at due; nil until then.
 	rep *message.FailureReport
 	due time.Time
@@ -197,7 +197,7 @@ func (l *loop) dispatchDue() {
 
 func (l *loop) dispatch(e *entry) {
 	cfg := l.s.b.cfg
-	e.mayWait = cfg.Hold != nil && l.waiting.Len()+l.inflight < cfg.Prefetch-cfg.Workers
+	e.mayWait = cfg.Defer != nil && l.waiting.Len()+l.inflight < cfg.Prefetch-cfg.Workers
 	l.inflight++
 	l.s.b.handlers.Add(1)
 	go l.s.handle(e)

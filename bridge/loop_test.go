@@ -400,7 +400,7 @@ func TestLoopHoldsWhileTemporalIsDown(t *testing.T) {
 func TestLoopDueEntryWithEveryHandlerBusyDoesNotSpin(t *testing.T) {
 	const hold = 200 * time.Millisecond
 	rep := newGateReporter("busy-1", "busy-2")
-	cfg := Config{Workers: 2, Prefetch: 16, Hold: func(r message.FailureReport) time.Duration {
+	cfg := Config{Workers: 2, Prefetch: 16, Defer: func(r message.FailureReport) time.Duration {
 		if r.Message.MessageID == "waits" {
 			return hold
 		}

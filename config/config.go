@@ -143,14 +143,14 @@ type Config struct {
 	// START_DELAY_MAX, flag -start-delay-max. Defaults to DefaultStartDelayMax; 0 never
 	// delays a start.
 	StartDelayMax time.Duration
-	// BridgeHoldMax is the longest first retry delay the bridge waits out itself, holding
-	// the delivery unacked, before it starts the message's workflow, which then republishes
+	// BridgeDeferMax is the longest first retry delay the bridge defers a new report for, keeping
+	// its delivery unacked, before it starts the message's workflow, which then republishes
 	// in its first workflow task: the bare engine's cost per retry. Longer first delays go
 	// to StartDelayMax. Operators see the message in Temporal only once the delay is over,
-	// and it costs unacked deliveries: up to (report rate × BridgeHoldMax), within Prefetch
-	// and BridgeMemoryBudget. Env BRIDGE_HOLD_MAX, flag -bridge-hold-max. Defaults to
-	// DefaultBridgeHoldMax; 0 never holds.
-	BridgeHoldMax time.Duration
+	// and it costs unacked deliveries: up to (report rate × BridgeDeferMax), within Prefetch
+	// and BridgeMemoryBudget. Env BRIDGE_DEFER_MAX, flag -bridge-defer-max. Defaults to
+	// DefaultBridgeDeferMax; 0 never defers. Older name BRIDGE_HOLD_MAX, still read.
+	BridgeDeferMax time.Duration
 	// WorkerStopTimeout is how long a stopping worker lets activities finish; it must
 	// exceed PublishTimeout. Env WORKER_STOP_TIMEOUT, flag -worker-stop-timeout.
 	// Defaults to worker.DefaultStopTimeout.
@@ -299,12 +299,12 @@ type Config struct {
 const (
 	DefaultHTTPPort        = 8086
 	DefaultTemporalAddress = "127.0.0.1:7233"
-	// DefaultStartDelayMax and DefaultBridgeHoldMax are 0: every wait, the first included,
+	// DefaultStartDelayMax and DefaultBridgeDeferMax are 0: every wait, the first included,
 	// is a timer of a run started at once (eagerly, with a worker in the process), which
 	// takes operator signals and Updates throughout; that is the bare engine's shape
 	// (docs/performance.md has the figures of the levers).
 	DefaultStartDelayMax   = 0
-	DefaultBridgeHoldMax   = 0
+	DefaultBridgeDeferMax  = 0
 	DefaultServiceName     = "retry-scheduler"
 	DefaultLogLevel        = "info"
 	DefaultMetricsInterval = 15 * time.Second
@@ -348,7 +348,7 @@ func Default() Config {
 		PublishTimeout:     broker.DefaultPublishTimeout,
 		WorkerStopTimeout:  worker.DefaultStopTimeout,
 		StartDelayMax:      DefaultStartDelayMax,
-		BridgeHoldMax:      DefaultBridgeHoldMax,
+		BridgeDeferMax:     DefaultBridgeDeferMax,
 		Retention:          workflows.DefaultRetention,
 		ServiceName:        DefaultServiceName,
 		ServiceVersion:     DefaultServiceVersion,

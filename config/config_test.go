@@ -55,7 +55,7 @@ func TestDefaults(t *testing.T) {
 		BridgeWorkers:      16,
 		WorkflowPollers:    16,
 		StartDelayMax:      0,
-		BridgeHoldMax:      0,
+		BridgeDeferMax:     0,
 		PublishTimeout:     10 * time.Second,
 		WorkerStopTimeout:  30 * time.Second,
 		Retention:          720 * time.Hour,
@@ -113,7 +113,7 @@ func TestEnvAndFlags(t *testing.T) {
 		{"DEAD_LETTER_MAX_BYTES", "1048576", "dead-letter-max-bytes", "2097152", func(c Config) any { return c.DeadLetterMaxBytes }, 1 << 20, 2 << 20},
 		{"METRICS_MAX_QUEUES", "10", "metrics-max-queues", "20", func(c Config) any { return c.MetricsMaxQueues }, 10, 20},
 		{"BRIDGE_WORKERS", "4", "bridge-workers", "8", func(c Config) any { return c.BridgeWorkers }, 4, 8},
-		{"BRIDGE_HOLD_MAX", "1s", "bridge-hold-max", "0s", func(c Config) any { return c.BridgeHoldMax }, time.Second, time.Duration(0)},
+		{"BRIDGE_DEFER_MAX", "1s", "bridge-defer-max", "0s", func(c Config) any { return c.BridgeDeferMax }, time.Second, time.Duration(0)},
 		{"START_DELAY_MAX", "5s", "start-delay-max", "0s", func(c Config) any { return c.StartDelayMax }, 5 * time.Second, time.Duration(0)},
 		{"WORKFLOW_POLLERS", "6", "workflow-pollers", "8", func(c Config) any { return c.WorkflowPollers }, 6, 8},
 		{"PUBLISH_TIMEOUT", "5s", "publish-timeout", "2s", func(c Config) any { return c.PublishTimeout }, 5 * time.Second, 2 * time.Second},
@@ -479,4 +479,19 @@ func TestRunsDepthPoller(t *testing.T) {
 	}
 	_, err := Load(nil, env("DEPTH_POLLER", "sometimes"))
 	require.ErrorContains(t, err, `DEPTH_POLLER: unknown value "sometimes"`)
+}
+
+// The bridge's deferral of short first delays was called a hold: its older variable and flag
+// still set it, and an older name that disagrees with the new one is refused.
+func TestBridgeDeferMaxReadsItsOlderName(t *testing.T) {
+	c, err := Load(nil, env("BRIDGE_HOLD_MAX", "3s"))
+	require.NoError(t, err)
+	assert.Equal(t, 3*time.Second, c.BridgeDeferMax)
+
+	c, err = Load([]string{"-bridge-hold-max", "2s"}, env())
+	require.NoError(t, err)
+	assert.Equal(t, 2*time.Second, c.BridgeDeferMax)
+
+	_, err = Load(nil, env("BRIDGE_DEFER_MAX", "1s", "BRIDGE_HOLD_MAX", "3s"))
+	require.ErrorContains(t, err, "BRIDGE_DEFER_MAX: set, and its older name BRIDGE_HOLD_MAX differs")
 }

@@ -43,6 +43,7 @@ var shortFlags = map[string][]string{
 	"TEMPORAL_TLS_CLIENT_CERT_PATH":    {"temporal-cert-file"},
 	"TEMPORAL_TLS_CLIENT_KEY_PATH":     {"temporal-key-file"},
 	"TEMPORAL_TLS_SERVER_NAME":         {"temporal-server-name"},
+	"BRIDGE_DEFER_MAX":                 {"bridge-hold-max"},
 }
 
 // flag is the setting's flag: its variable in lower kebab case, without the _MS of a
@@ -102,7 +103,7 @@ func (c *Config) settings() []setting {
 		{"WORKFLOW_POLLERS", "workflow-task pollers of the worker", (*integer)(&c.WorkflowPollers)},
 		{"BRIDGE_WORKERS", "deliveries the bridge handles at once", (*integer)(&c.BridgeWorkers)},
 		{"PUBLISH_TIMEOUT", "deadline of one publish and its confirm", (*duration)(&c.PublishTimeout)},
-		{"BRIDGE_HOLD_MAX", "longest first retry delay the bridge waits out holding the delivery, before the run starts and republishes at once (0: never)", (*duration)(&c.BridgeHoldMax)},
+		{"BRIDGE_DEFER_MAX", "longest first retry delay the bridge defers a new report for, keeping its delivery unacked, before the run starts and republishes at once (0: never)", (*duration)(&c.BridgeDeferMax)},
 		{"START_DELAY_MAX", "longest first retry delay waited as the workflow's start delay (0: never)", (*duration)(&c.StartDelayMax)},
 		{"WORKER_STOP_TIMEOUT", "grace for activities when a worker stops (> PUBLISH_TIMEOUT)", (*duration)(&c.WorkerStopTimeout)},
 		{"DEAD_LETTER_RETENTION", "how long a dead message waits for an operator", (*duration)(&c.Retention)},

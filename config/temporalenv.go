@@ -10,13 +10,15 @@ import (
 	"go.temporal.io/sdk/contrib/envconfig"
 )
 
-// envAliases are older names of settings that now take Temporal's standard client names,
-// still read when the standard name is unset (deployments written before keep working).
+// envAliases are older names of renamed settings (the Temporal TLS settings took Temporal's
+// standard client names; the bridge's deferral of short first delays was called a hold),
+// still read when the new name is unset (deployments written before keep working).
 var envAliases = map[string][]string{
 	"TEMPORAL_TLS_SERVER_CA_CERT_PATH": {"TEMPORAL_CA_FILE"},
 	"TEMPORAL_TLS_CLIENT_CERT_PATH":    {"TEMPORAL_CERT_FILE"},
 	"TEMPORAL_TLS_CLIENT_KEY_PATH":     {"TEMPORAL_KEY_FILE"},
 	"TEMPORAL_TLS_SERVER_NAME":         {"TEMPORAL_SERVER_NAME"},
+	"BRIDGE_DEFER_MAX":                 {"BRIDGE_HOLD_MAX"},
 }
 
 // lookupWithAliases reads a setting's variable, else its older names. The standard name

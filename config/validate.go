@@ -98,8 +98,8 @@ func (c Config) Validate() error {
 	if c.PublishTimeout <= 0 {
 		bad("PUBLISH_TIMEOUT (%s) must be above 0", c.PublishTimeout)
 	}
-	if c.BridgeHoldMax < 0 {
-		bad("BRIDGE_HOLD_MAX (%s) must not be negative", c.BridgeHoldMax)
+	if c.BridgeDeferMax < 0 {
+		bad("BRIDGE_DEFER_MAX (%s) must not be negative", c.BridgeDeferMax)
 	}
 	if c.StartDelayMax < 0 {
 		bad("START_DELAY_MAX (%s) must not be negative", c.StartDelayMax)

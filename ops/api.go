@@ -73,10 +73,10 @@ type APIConfig struct {
 	// WebUIURL is the Temporal Web UI's base address (http://127.0.0.1:8233, say): items then
 	// carry web_ui_url, a link to their workflow's history there. Defaults to "" (no links).
 	WebUIURL string
-	// BridgeHoldMax is the bridges' BRIDGE_HOLD_MAX: when set, a new message's first retry
+	// BridgeDeferMax is the bridges' BRIDGE_DEFER_MAX: when set, a new message's first retry
 	// may be waited out by a bridge before its run exists, and the answer for an id Temporal
-	// does not know says so. Defaults to 0 (no bridge holds).
-	BridgeHoldMax time.Duration
+	// does not know says so. Defaults to 0 (no bridge deferrals).
+	BridgeDeferMax time.Duration
 }
 
 // Defaults of APIConfig.

@@ -826,16 +826,16 @@ func TestNewAPIRequiresALogger(t *testing.T) {
 	assert.Equal(t, client.DefaultNamespace, api.cfg.Namespace)
 }
 
-// With bridge holds on, an id Temporal does not know may be a new message a bridge is waiting
+// With bridge deferrals on, an id Temporal does not know may be a new message a bridge is waiting
 // out: the answer says so and when to ask again.
 func TestNotFoundNamesTheBridgeHold(t *testing.T) {
 	a := &API{}
 	assert.EqualError(t, a.notFound("retry/q/1"), `no message with id "retry/q/1"`)
-	a.cfg.BridgeHoldMax = 3 * time.Second
+	a.cfg.BridgeDeferMax = 3 * time.Second
 	err := a.notFound("retry/q/1")
 	var ae *apiError
 	require.ErrorAs(t, err, &ae)
 	assert.Equal(t, 404, ae.Status)
-	assert.Contains(t, err.Error(), "a bridge is waiting out (BRIDGE_HOLD_MAX 3s)")
+	assert.Contains(t, err.Error(), "a bridge is waiting out (BRIDGE_DEFER_MAX 3s)")
 	assert.Contains(t, err.Error(), "ask again after 3s")
 }

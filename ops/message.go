@@ -72,15 +72,15 @@ func (a *API) state(ctx context.Context, id string, startDelayUntil *time.Time) 
 
 // describe finds id's workflow: 404 when there is none, or it is not a RetryWorkflow of this
 // deployment.
-// notFound is the answer for an id Temporal has no workflow for. With bridge holds on, a new
+// notFound is the answer for an id Temporal has no workflow for. With bridge deferrals on, a new
 // message is not in Temporal until its first retry is due: the answer says so, and when to ask
 // again.
 func (a *API) notFound(id string) error {
-	if a.cfg.BridgeHoldMax <= 0 {
+	if a.cfg.BridgeDeferMax <= 0 {
 		return errorf(http.StatusNotFound, "no message with id %q", id)
 	}
-	return errorf(http.StatusNotFound, "no message with id %q in Temporal: unknown, or a new message whose first retry a bridge is waiting out (BRIDGE_HOLD_MAX %s): its run starts when that retry is due; ask again after %s",
-		id, a.cfg.BridgeHoldMax, a.cfg.BridgeHoldMax)
+	return errorf(http.StatusNotFound, "no message with id %q in Temporal: unknown, or a new message whose first retry a bridge is waiting out (BRIDGE_DEFER_MAX %s): its run starts when that retry is due; ask again after %s",
+		id, a.cfg.BridgeDeferMax, a.cfg.BridgeDeferMax)
 }
 
 func (a *API) describe(ctx context.Context, id string) (WorkflowInfo, error) {

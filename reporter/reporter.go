@@ -33,12 +33,12 @@ type Reporter struct {
 	// Report); 0 never delays a start. Signals do not end a start delay, so an operator's
 	// retry-now or skip waits for it: keep it short.
 	StartDelayMax time.Duration
-	// HoldMax is the longest first delay the bridge waits out itself, holding the delivery
-	// unacked (HoldFor), before it reports: the run then starts when its retry is due and
+	// DeferMax is the longest first delay the bridge waits out itself, holding the delivery
+	// unacked (DeferFor), before it reports: the run then starts when its retry is due and
 	// republishes in its first workflow task, handed over in the start's response in the
 	// all process. That is the bare engine's cost per retry: no start-delay timer, no first
-	// task through matching. 0 never holds.
-	HoldMax time.Duration
+	// task through matching. 0 never defers.
+	DeferMax time.Duration
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 }
@@ -50,35 +50,35 @@ func (p *Reporter) now() time.Time {
 	return time.Now()
 }
 
-// HoldFor is how long the bridge should keep r's delivery before reporting it (its
-// bridge.Config.Hold): what is left of the first retry's delay, counted from when the bridge
-// received the report, when that delay is at most HoldMax; else 0, report at once.
-func (p *Reporter) HoldFor(r message.FailureReport) time.Duration {
-	_, due, ok := p.holdable(reportWorkflowID(r), r)
+// DeferFor is how long the bridge should keep r's delivery before reporting it (its
+// bridge.Config.Defer): what is left of the first retry's delay, counted from when the bridge
+// received the report, when that delay is at most DeferMax; else 0, report at once.
+func (p *Reporter) DeferFor(r message.FailureReport) time.Duration {
+	_, due, ok := p.deferrable(reportWorkflowID(r), r)
 	if !ok {
 		return 0
 	}
 	return max(due.Sub(p.now()), 0)
 }
 
-// holdable is r's first retry when the bridge holds it: its plan counted from when the bridge
-// received the report, and when it is due; false when the report is not held (HoldMax 0, a
+// deferrable is r's first retry when the bridge defers it: its plan counted from when the bridge
+// received the report, and when it is due; false when the report is not deferred (DeferMax 0, a
 // later report, a longer delay).
-func (p *Reporter) holdable(id string, r message.FailureReport) (workflows.StartPlan, time.Time, bool) {
-	if p.HoldMax <= 0 || r.ReportedAt.IsZero() {
+func (p *Reporter) deferrable(id string, r message.FailureReport) (workflows.StartPlan, time.Time, bool) {
+	if p.DeferMax <= 0 || r.ReportedAt.IsZero() {
 		return workflows.StartPlan{}, time.Time{}, false
 	}
 	plan, ok := workflows.PlanStart(id, r, r.ReportedAt)
-	if !ok || plan.Delay > p.HoldMax {
+	if !ok || plan.Delay > p.DeferMax {
 		return workflows.StartPlan{}, time.Time{}, false
 	}
 	return plan, r.ReportedAt.Add(plan.Delay), true
 }
 
-// due says whether r's first retry is already due: the bridge held it for its delay. The
-// run then starts with the report as held, to republish in its first task.
+// due says whether r's first retry is already due: the bridge deferred it for its delay. The
+// run then starts with the report as deferred, to republish in its first task.
 func (p *Reporter) due(id string, r message.FailureReport) (workflows.StartPlan, bool) {
-	plan, due, ok := p.holdable(id, r)
+	plan, due, ok := p.deferrable(id, r)
 	if !ok || due.After(p.now()) {
 		return workflows.StartPlan{}, false
 	}
@@ -116,10 +116,10 @@ func (p *Reporter) report(ctx context.Context, r message.FailureReport) error {
 	}
 	in := workflows.Input{Retention: p.Retention, Revision: workflows.CurrentRevision}
 	if plan, ok := p.due(id, r); ok {
-		// Held by the bridge for its delay: due now, republished by the first task. The
+		// Deferred by the bridge for its delay: due now, republished by the first task. The
 		// start sets the search attributes that task would have.
 		opts.TypedSearchAttributes = plan.SearchAttributes
-		in.Held = true
+		in.Deferred = true
 	} else if plan, ok := workflows.PlanStart(id, r, p.now()); ok && plan.Delay <= p.StartDelayMax {
 		// A new run's first retry waits as the start delay: its first workflow task is the
 		// republish, one task and one timer fewer per retry than a timer in the first task.

@@ -68,7 +68,7 @@ func mountOpsAPI(mux *http.ServeMux, cfg config.Config, tc ops.Temporal, dc conv
 		ReplayRate:    float64(cfg.ReplayRate),
 		MaxScans:      cfg.APIMaxScans,
 		WebUIURL:      cfg.TemporalUIURL,
-		BridgeHoldMax: cfg.BridgeHoldMax,
+		BridgeDeferMax: cfg.BridgeDeferMax,
 		Logger:        logger,
 		BreakerSettings: func(queue string) policy.Breaker {
 			p, _, _ := catalog.Resolve(queue, "")

@@ -213,7 +213,7 @@ func Run(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 		if counter != nil {
 			failures = counter
 		}
-		rep := &reporter.Reporter{Client: tc, TaskQueue: cfg.TaskQueue, Retention: cfg.Retention, Eager: runWorker, StartDelayMax: cfg.StartDelayMax, HoldMax: cfg.BridgeHoldMax}
+		rep := &reporter.Reporter{Client: tc, TaskQueue: cfg.TaskQueue, Retention: cfg.Retention, Eager: runWorker, StartDelayMax: cfg.StartDelayMax, DeferMax: cfg.BridgeDeferMax}
 		b := bridge.New(bridge.Config{
 			Queue:              cfg.RetryQueue,
 			DeadLetterQueue:    cfg.ManualReviewQueue,
@@ -227,7 +227,7 @@ func Run(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 			ServiceName:        cfg.ServiceName,
 			ServiceVersion:     cfg.ServiceVersion,
 			Breakers:           failures,
-			Hold:               rep.HoldFor,
+			Defer:              rep.DeferFor,
 			Decode: bridge.DecodeOptions{
 				MaxMessageBytes:        cfg.MaxMessageBytes,
 				Resolver:               catalog,

@@ -41,8 +41,8 @@ func RetryWorkflow(ctx workflow.Context, in Input) (Result, error) {
 	if err := r.setup(); err != nil {
 		return Result{}, err
 	}
-	if in.Held && r.takesHeldStart() {
-		r.heldStart = true
+	if in.Deferred && r.takesDeferredStart() {
+		r.deferredStart = true
 	}
 	first := in.Report
 	if first == nil {
@@ -53,7 +53,7 @@ func RetryWorkflow(ctx workflow.Context, in Input) (Result, error) {
 		first = &rep
 	}
 	r.applyFirstReport(*first)
-	r.delayedStart, r.heldStart = false, false
+	r.delayedStart, r.deferredStart = false, false
 	for !r.state.Status.Terminal() {
 		if err := r.step(); err != nil {
 			return Result{}, err
@@ -92,9 +92,9 @@ type retryRun struct {
 	// (Input.StartDelay): it was accepted at the run's start, and the start set the search
 	// attributes of the scheduled retry.
 	delayedStart bool
-	// heldStart is set while the first report the bridge held for its delay is taken
-	// (Input.Held): it was accepted at its ReportedAt, and the start set the search attributes.
-	heldStart bool
+	// deferredStart is set while the first report the bridge deferred for its delay is taken
+	// (Input.Deferred): it was accepted at its ReportedAt, and the start set the search attributes.
+	deferredStart bool
 }
 
 func (r *retryRun) setup() error {

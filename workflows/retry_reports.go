@@ -85,7 +85,7 @@ func (r *retryRun) failed(rep message.FailureReport, now time.Time) {
 	workflow.GetLogger(r.ctx).Debug("retry scheduled",
 		"message_id", s.Message.MessageID, "attempt", d.Attempt, "next_retry_at", s.NextRetryAt,
 		"category", d.Category, "outcome", "scheduled")
-	if !r.delayedStart && !r.heldStart { // else the start set these search attributes
+	if !r.delayedStart && !r.deferredStart { // else the start set these search attributes
 		r.upsert()
 	}
 }

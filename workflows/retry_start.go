@@ -17,8 +17,8 @@ const firstReportTimeout = time.Minute
 
 func (r *retryRun) awaitFirstReport() (message.FailureReport, bool) {
 	var rep message.FailureReport
-	if (r.delayedStart || r.heldStart) && r.reports.ReceiveAsync(&rep) {
-		// Signal-with-start with a start delay, or of a report the bridge held: the report came
+	if (r.delayedStart || r.deferredStart) && r.reports.ReceiveAsync(&rep) {
+		// Signal-with-start with a start delay, or of a report the bridge deferred: the report came
 		// with the start, so the first task has it, and a timeout timer would only be one more
 		// timer task per retry. Not
 		// versioned, and no marker can tell the runs that armed the timer here apart: why
@@ -36,7 +36,7 @@ func (r *retryRun) applyFirstReport(rep message.FailureReport) {
 	case r.delayedStart:
 		// The first task runs when the delay is over; the failure was reported at the start.
 		now = workflow.GetInfo(r.ctx).WorkflowStartTime
-	case r.heldStart:
+	case r.deferredStart:
 		// The bridge waited the delay before the start: the retry is due now, in this task.
 		now = rep.ReportedAt
 	}

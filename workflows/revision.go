@@ -40,9 +40,9 @@ const (
 	// Republishes ask their destination's breaker and may be held; runs from before it
 	// republish without asking and are never held.
 	changeBreakerHoldsRetries = "breaker-holds-retries"
-	// A first report the bridge held for its delay (Input.Held) waits as held; a worker from
-	// before it ran such a run as a fresh report, with the delay as a timer.
-	changeHeldStart = "first-report-held-by-bridge"
+	// A first report the bridge deferred for its delay (Input.Deferred) is taken as due; a
+	// worker from before it ran such a run as a fresh report, with the delay as a timer.
+	changeDeferredStart = "first-report-held-by-bridge"
 	// BreakerWorkflow ends after Settings.IdleEnd idle; runs from before it wait closed
 	// without a timer for as long as they run.
 	changeIdleEnd = "breaker-idle-end"

@@ -87,7 +87,7 @@ func (s *retrySuite) TestRevisionChangesAreGates() {
 // A first report the bridge held for its delay: the run takes it as reported at ReportedAt,
 // so the retry is due at once and goes out in the first task, with no timer; the quiet
 // window follows as usual. By signal-with-start too.
-func (s *retrySuite) TestHeldFirstReportRepublishesAtOnce() {
+func (s *retrySuite) TestDeferredFirstReportRepublishesAtOnce() {
 	for _, bySignal := range []bool{false, true} {
 		s.SetupTest()
 		first := report(fixedPolicy(3), 0, transient)
@@ -96,7 +96,7 @@ func (s *retrySuite) TestHeldFirstReportRepublishesAtOnce() {
 		// One second: far inside the policy's 10 s delay, and far beyond what the local
 		// publish takes in real time (the test clock also moves with the wall clock).
 		s.queryAt(time.Second, &after)
-		in := Input{Retention: time.Hour, Revision: CurrentRevision, Held: true}
+		in := Input{Retention: time.Hour, Revision: CurrentRevision, Deferred: true}
 		if bySignal {
 			s.at(0, SignalFailureReport, first)
 		} else {
@@ -114,13 +114,13 @@ func (s *retrySuite) TestHeldFirstReportRepublishesAtOnce() {
 
 // A worker from before the change runs a held report as a fresh one (the version gate's old
 // branch): the delay is waited again, as a timer.
-func (s *retrySuite) TestHeldFirstReportOldBranchWaitsTheDelay() {
-	s.env.OnGetVersion(changeHeldStart, workflow.DefaultVersion, 1).Return(workflow.DefaultVersion)
+func (s *retrySuite) TestDeferredFirstReportOldBranchWaitsTheDelay() {
+	s.env.OnGetVersion(changeDeferredStart, workflow.DefaultVersion, 1).Return(workflow.DefaultVersion)
 	first := report(fixedPolicy(3), 0, transient)
 	first.ReportedAt = s.env.Now().Add(-10 * time.Second)
 	var scheduled State
 	s.queryAt(5*time.Second, &scheduled)
-	s.env.ExecuteWorkflow(RetryWorkflowName, Input{Report: &first, Retention: time.Hour, Held: true})
+	s.env.ExecuteWorkflow(RetryWorkflowName, Input{Report: &first, Retention: time.Hour, Deferred: true})
 
 	s.Equal(StatusDelivered, s.result().Status)
 	s.Equal(StatusScheduled, scheduled.Status)

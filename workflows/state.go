@@ -59,11 +59,11 @@ type Input struct {
 	// the start; 0 for runs started before revisions): the gated changes it includes take
 	// their new branch without a version marker (revision.go).
 	Revision int `json:"revision,omitempty"`
-	// Held says the bridge held the first report for its first retry's delay before it
-	// started the run (see reporter.Reporter.HoldMax): the report was accepted at its
+	// Deferred says the bridge deferred the first report for its first retry's delay before
+	// it started the run (see reporter.Reporter.DeferMax): the report was accepted at its
 	// ReportedAt, the retry is due by the first task, and the start set the search
-	// attributes.
-	Held bool `json:"held,omitempty"`
+	// attributes. Its JSON name stays "held", as recorded histories carry it.
+	Deferred bool `json:"held,omitempty"`
 }
 
 // Result is how a RetryWorkflow ended.

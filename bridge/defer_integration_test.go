@@ -22,7 +22,7 @@ func TestIntegrationHoldReportsWhenDue(t *testing.T) {
 	const hold = 500 * time.Millisecond
 	var mu sync.Mutex
 	received := map[string]time.Time{}
-	f := newFixture(t, Config{Workers: 1, Prefetch: 64, Hold: func(r message.FailureReport) time.Duration {
+	f := newFixture(t, Config{Workers: 1, Prefetch: 64, Defer: func(r message.FailureReport) time.Duration {
 		mu.Lock()
 		received[r.Message.MessageID] = r.ReportedAt
 		mu.Unlock()
@@ -60,7 +60,7 @@ func TestIntegrationHoldReportsWhenDue(t *testing.T) {
 // A bridge that stops while deliveries wait out their delay gives them back to the broker:
 // nothing is acked that was not reported.
 func TestIntegrationHoldRequeuedOnShutdown(t *testing.T) {
-	f := newFixture(t, Config{Hold: func(message.FailureReport) time.Duration { return time.Hour }})
+	f := newFixture(t, Config{Defer: func(message.FailureReport) time.Duration { return time.Hour }})
 	f.start()
 	for i := range 5 {
 		f.publishRetry(fmt.Sprintf("wait-%d", i))
