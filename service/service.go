@@ -15,8 +15,10 @@ import (
 	"slices"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	amqp "github.com/rabbitmq/amqp091-go"
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/interceptor"
 	"go.temporal.io/sdk/log"
 	sdkworker "go.temporal.io/sdk/worker"
 	"golang.org/x/sync/errgroup"
@@ -73,208 +75,293 @@ func newHTTPServer(addr string, h http.Handler) *http.Server {
 }
 
 // Run runs the configured mode until ctx is done, then shuts down gracefully. A fatal worker
-// error shuts it down too, and Run then returns that error.
+// error shuts it down too, and Run then returns that error. The deferred steps run in the
+// reverse order of their set-up: the worker stops first, then the breaker counts are flushed,
+// the publisher and the Temporal client close, and the spans are flushed last.
 func Run(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
-	runOps := cfg.Mode == config.ModeAll || cfg.Mode == config.ModeBridge
-	runWorker := cfg.Mode == config.ModeAll || cfg.Mode == config.ModeWorker
-	runBridge := cfg.Mode == config.ModeAll || cfg.Mode == config.ModeBridge
+	p := &process{cfg: cfg, logger: logger, fatal: worker.NewFatal(), live: map[string]ops.Check{}}
 	var auth *ops.Auth
-	if runOps {
+	if p.runsOps() {
 		var err error
 		if auth, err = opsAuth(cfg, logger.With("component", "ops")); err != nil {
 			return err
 		}
 	}
-	// Tracing: off unless the standard OTEL_* variables ask for it. Deferred first, so it runs
-	// last: the spans of the worker's and the bridge's last work are flushed too.
-	tp, stopTracing, err := tracing.Setup(ctx, os.LookupEnv, tracing.Options{
-		ServiceName: cfg.ServiceName, ServiceVersion: cfg.ServiceVersion, Logger: logger.With("component", "tracing"),
-	})
+	flushTracing, err := p.setupTracing(ctx)
 	if err != nil {
 		return err
 	}
-	defer func() {
-		flushCtx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
-		defer cancel()
-		if err := stopTracing(flushCtx); err != nil {
-			logger.Warn("tracing not flushed", "component", "tracing", "error", err)
-		}
-	}()
-	reg := metrics.NewRegistry()
+	defer flushTracing()
+	p.reg = metrics.NewRegistry()
 	// One ceiling of queue label values for every component registering on reg.
-	labels.Queues(reg).SetMax(cfg.MetricsMaxQueues)
-	handler, closer := metrics.TemporalHandler(reg, func(err error) { logger.Warn("register sdk metric", "error", err) })
+	labels.Queues(p.reg).SetMax(cfg.MetricsMaxQueues)
+	handler, closer := metrics.TemporalHandler(p.reg, func(err error) { logger.Warn("register sdk metric", "error", err) })
 	defer closer.Close()
-
-	// Address, namespace, TLS/mTLS, API key and payload codec: security.go.
-	topts, err := TemporalOptions(cfg)
-	if err != nil {
+	if err := p.dialTemporal(handler); err != nil {
 		return err
 	}
-	topts.Logger = log.NewStructuredLogger(logger.With("component", "temporal"))
-	topts.MetricsHandler = handler
-	// With tracing on, starts and signals carry the span context in Temporal headers, and the
-	// workers built from this client make workflow and activity spans.
-	if ti, err := tracing.TemporalInterceptor(tp); err != nil {
-		return err
-	} else if ti != nil {
-		topts.Interceptors = append(topts.Interceptors, ti)
-	}
-	tc, err := client.Dial(topts)
-	if err != nil {
-		return fmt.Errorf("connect to temporal at %s: %w", cfg.TemporalAddress, err)
-	}
-	defer tc.Close()
-
-	rabbitTLS, err := cfg.RabbitMQTLS()
-	if err != nil {
+	defer p.tc.Close()
+	if err := p.declareTopology(); err != nil {
 		return err
 	}
-	bcfg := broker.Config{
-		URL:            cfg.BrokerURLs(),
-		TLS:            rabbitTLS,
-		ConnectionName: cfg.ServiceName + "-" + cfg.Mode,
-		PublishTimeout: cfg.PublishTimeout,
-		QueueType:      cfg.QueueType,
-	}
-	// The bridge routes messages by the policy catalogue, so its process declares every
-	// dead-letter queue the catalogue names; a worker-only process declares the main one.
-	var catalog *policy.Catalog
-	if runBridge {
-		if catalog, err = loadCatalog(cfg); err != nil {
-			return err
-		}
-	}
-	if err := broker.Declare(bcfg, logger.With("component", "declare"), broker.Topology(bcfg, cfg.RetryQueue, cfg.ManualReviewQueue, declaredDeadLetterQueues(cfg, catalog)...)...); err != nil {
-		return fmt.Errorf("declare topology: %w", err)
-	}
-	pub := broker.NewPublisher(bcfg, logger.With("component", "publisher"))
-	defer pub.Close()
+	p.pub = broker.NewPublisher(p.bcfg, logger.With("component", "publisher"))
+	defer p.pub.Close()
 
-	// live checks fail only where a restart is the cure; checks are the readiness checks.
-	live := map[string]ops.Check{}
-	checks := map[string]ops.Check{
+	p.checks = map[string]ops.Check{
 		"temporal": func(ctx context.Context) error {
-			_, err := tc.CheckHealth(ctx, &client.CheckHealthRequest{})
+			_, err := p.tc.CheckHealth(ctx, &client.CheckHealthRequest{})
 			return err
 		},
 	}
-	g, ctx := errgroup.WithContext(ctx)
-
-	// Circuit breakers (BREAKERS=on): the process counts what it sees for the destinations'
-	// breakers, republishes on a worker and failed retries on a bridge.
-	var counter *breaker.Counter
+	p.g, p.ctx = errgroup.WithContext(ctx)
 	if cfg.BreakersEnabled() {
-		counter = breaker.NewCounter(breaker.CounterConfig{Client: tc, TaskQueue: cfg.TaskQueue, Interval: cfg.BreakerFlush,
-			Logger: logger.With("component", "breaker")})
-		g.Go(func() error { return counter.Run(ctx) })
+		p.startBreakerCounter()
 		// Deferred before the worker's stop, so it runs after it: what the worker republished
 		// while stopping, after the loop's last flush, is reported too.
-		defer counter.Flush(context.Background())
+		defer p.counter.Flush(context.Background())
 	}
-
-	fatal := worker.NewFatal()
-	if runWorker {
-		acts := &activities.Activities{Publisher: pub, History: history{client: tc, namespace: cfg.Namespace},
-			Logger: logger.With("component", "activities"), Metrics: activities.NewMetrics(reg),
-			DeadLetterTTL: cfg.Retention, DeadLetterMaxBytes: cfg.DeadLetterMaxBytes, ServiceName: cfg.ServiceName,
-			ExpiredArchiveQueue: cfg.ExpiredArchiveQueue}
-		if counter != nil {
-			acts.Gate, acts.Counter, acts.Held = startGate(ctx, g, cfg, tc, logger), counter, breaker.HeldLister{Client: tc, TaskQueue: cfg.TaskQueue}
-		}
-		// The operators' jobs act on items with the ops API's own code, from the worker.
-		items, err := ops.NewJobItems(ops.APIConfig{Client: tc, DataConverter: topts.DataConverter, Namespace: cfg.Namespace, TaskQueue: cfg.TaskQueue})
+	if p.runsWorker() {
+		w, err := p.startWorker()
 		if err != nil {
 			return err
 		}
-		w := worker.New(tc, worker.Options{TaskQueue: cfg.TaskQueue, StopTimeout: cfg.WorkerStopTimeout, WorkflowPollers: cfg.WorkflowPollers,
-			Jobs: &jobs.Activities{Items: items},
-			OnFatalError: func(err error) {
-				fatal.Report(err)
-				logger.Error("worker stopped on a fatal error; shutting down", "component", "worker", "task_queue", cfg.TaskQueue, "error", err)
-			}}, acts)
-		if err := w.Start(); err != nil {
-			return fmt.Errorf("start worker: %w", err)
-		}
-		defer stopWorker(w, fatal, logger)
-		logger.Info("worker started", "task_queue", cfg.TaskQueue)
-		live["worker"] = fatal.Check
-		g.Go(func() error {
-			select {
-			case <-ctx.Done():
-				return nil
-			case <-fatal.Done():
-				return fmt.Errorf("worker on task queue %q stopped on a fatal error: %w", cfg.TaskQueue, fatal.Err())
-			}
-		})
+		defer stopWorker(w, p.fatal, logger)
 	}
-	if runBridge {
-		var failures bridge.BreakerCounter // nil, not a nil *breaker.Counter, when breakers are off
-		if counter != nil {
-			failures = counter
-		}
-		rep := &reporter.Reporter{Client: tc, TaskQueue: cfg.TaskQueue, Retention: cfg.Retention, Eager: runWorker, StartDelayMax: cfg.StartDelayMax, DeferMax: cfg.BridgeDeferMax}
-		b := bridge.New(bridge.Config{
-			Queue:              cfg.RetryQueue,
-			DeadLetterQueue:    cfg.ManualReviewQueue,
-			Prefetch:           cfg.Prefetch,
-			MemoryBudget:       int64(cfg.BridgeMemoryBudget),
-			DeadLetterMaxBytes: cfg.DeadLetterMaxBytes,
-			Workers:            cfg.BridgeWorkers,
-			Probe:              reporter.Probe(tc),
-			IngressArgs:        broker.IngressArgs(bcfg, cfg.ManualReviewQueue),
-			DeadLetterArgs:     broker.QueueArgs(bcfg),
-			ServiceName:        cfg.ServiceName,
-			ServiceVersion:     cfg.ServiceVersion,
-			Breakers:           failures,
-			Defer:              rep.DeferFor,
-			Decode: bridge.DecodeOptions{
-				MaxMessageBytes:        cfg.MaxMessageBytes,
-				Resolver:               catalog,
-				DefaultDeadLetterQueue: cfg.ManualReviewQueue,
-			},
-		}, func() (*amqp.Connection, error) { return broker.Dial(bcfg) }, rep, pub,
-			logger.With("component", "bridge"), bridge.NewMetrics(reg))
-		checks["bridge"] = func(context.Context) error {
-			if !b.Ready() {
-				return errors.New("not consuming")
-			}
-			return nil
-		}
-		g.Go(func() error { return b.Run(ctx) })
+	if p.runsBridge() {
+		p.startBridge()
 	}
 	if cfg.RunsDepthPoller() {
 		// The depth gauges come from visibility counts: one poller per deployment.
 		depth := metrics.NewDepthPoller(metrics.DepthConfig{
-			Client: tc, TaskQueue: cfg.TaskQueue, Interval: cfg.MetricsInterval,
+			Client: p.tc, TaskQueue: cfg.TaskQueue, Interval: cfg.MetricsInterval,
 			Logger: logger.With("component", "depth"),
-		}, reg)
-		g.Go(func() error { return depth.Run(ctx) })
+		}, p.reg)
+		p.g.Go(func() error { return depth.Run(p.ctx) })
 	}
+	if err := p.serveHTTP(auth); err != nil {
+		return err
+	}
+	return p.g.Wait()
+}
 
-	mux := ops.Handler(reg, live, checks)
-	if runOps {
-		if err := mountOpsAPI(mux, cfg, tc, topts.DataConverter, auth, logger.With("component", "ops")); err != nil {
+// process is one service process being assembled by Run: what its parts share.
+type process struct {
+	cfg    config.Config
+	logger *slog.Logger
+	reg    *prometheus.Registry
+	// interceptors are the Temporal client's own: tracing's, when on.
+	interceptors []interceptor.ClientInterceptor
+	topts        client.Options
+	tc           client.Client
+	bcfg         broker.Config
+	// catalog is the policy catalogue, loaded where a bridge routes by it.
+	catalog *policy.Catalog
+	pub     *broker.Publisher
+	// g runs the process's loops; ctx ends when one of them fails or Run's context is done.
+	g   *errgroup.Group
+	ctx context.Context
+	// counter counts for the destinations' circuit breakers; nil when breakers are off.
+	counter *breaker.Counter
+	fatal   *worker.Fatal
+	// live checks fail only where a restart is the cure; checks are the readiness checks.
+	live, checks map[string]ops.Check
+}
+
+func (p *process) runsOps() bool {
+	return p.cfg.Mode == config.ModeAll || p.cfg.Mode == config.ModeBridge
+}
+
+func (p *process) runsWorker() bool {
+	return p.cfg.Mode == config.ModeAll || p.cfg.Mode == config.ModeWorker
+}
+
+func (p *process) runsBridge() bool {
+	return p.cfg.Mode == config.ModeAll || p.cfg.Mode == config.ModeBridge
+}
+
+// setupTracing starts tracing, off unless the standard OTEL_* variables ask for it, and
+// returns its flush, which Run defers first so that it runs last: the spans of the worker's
+// and the bridge's last work are flushed too.
+func (p *process) setupTracing(ctx context.Context) (func(), error) {
+	tp, stop, err := tracing.Setup(ctx, os.LookupEnv, tracing.Options{
+		ServiceName: p.cfg.ServiceName, ServiceVersion: p.cfg.ServiceVersion, Logger: p.logger.With("component", "tracing"),
+	})
+	if err != nil {
+		return nil, err
+	}
+	// With tracing on, starts and signals carry the span context in Temporal headers, and the
+	// workers built from this client make workflow and activity spans.
+	ti, err := tracing.TemporalInterceptor(tp)
+	if err != nil {
+		return nil, err
+	}
+	if ti != nil {
+		p.interceptors = append(p.interceptors, ti)
+	}
+	return func() {
+		flushCtx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
+		defer cancel()
+		if err := stop(flushCtx); err != nil {
+			p.logger.Warn("tracing not flushed", "component", "tracing", "error", err)
+		}
+	}, nil
+}
+
+// dialTemporal connects the process's Temporal client: address, namespace, TLS/mTLS, API key
+// and payload codec (security.go), the SDK's metrics and the tracing interceptor.
+func (p *process) dialTemporal(handler client.MetricsHandler) error {
+	topts, err := TemporalOptions(p.cfg)
+	if err != nil {
+		return err
+	}
+	topts.Logger = log.NewStructuredLogger(p.logger.With("component", "temporal"))
+	topts.MetricsHandler = handler
+	topts.Interceptors = append(topts.Interceptors, p.interceptors...)
+	p.topts = topts
+	if p.tc, err = client.Dial(topts); err != nil {
+		return fmt.Errorf("connect to temporal at %s: %w", p.cfg.TemporalAddress, err)
+	}
+	return nil
+}
+
+// declareTopology declares the queues the process uses. The bridge routes messages by the
+// policy catalogue, so its process declares every dead-letter queue the catalogue names; a
+// worker-only process declares the main one.
+func (p *process) declareTopology() error {
+	rabbitTLS, err := p.cfg.RabbitMQTLS()
+	if err != nil {
+		return err
+	}
+	p.bcfg = broker.Config{
+		URL:            p.cfg.BrokerURLs(),
+		TLS:            rabbitTLS,
+		ConnectionName: p.cfg.ServiceName + "-" + p.cfg.Mode,
+		PublishTimeout: p.cfg.PublishTimeout,
+		QueueType:      p.cfg.QueueType,
+	}
+	if p.runsBridge() {
+		if p.catalog, err = loadCatalog(p.cfg); err != nil {
 			return err
 		}
 	}
-	// The payload codec endpoint for the Web UI and CLI, when PAYLOAD_KEYS and CODEC_TOKEN are set.
-	if h, err := codecHandler(cfg); err != nil {
+	queues := broker.Topology(p.bcfg, p.cfg.RetryQueue, p.cfg.ManualReviewQueue, declaredDeadLetterQueues(p.cfg, p.catalog)...)
+	if err := broker.Declare(p.bcfg, p.logger.With("component", "declare"), queues...); err != nil {
+		return fmt.Errorf("declare topology: %w", err)
+	}
+	return nil
+}
+
+// startBreakerCounter starts the counts the process flushes to the destinations' breakers:
+// republishes on a worker, failed retries on a bridge (BREAKERS=on).
+func (p *process) startBreakerCounter() {
+	p.counter = breaker.NewCounter(breaker.CounterConfig{Client: p.tc, TaskQueue: p.cfg.TaskQueue, Interval: p.cfg.BreakerFlush,
+		Logger: p.logger.With("component", "breaker")})
+	p.g.Go(func() error { return p.counter.Run(p.ctx) })
+}
+
+// startWorker starts the Temporal worker with its activities and the operators' jobs; its
+// fatal error ends the process.
+func (p *process) startWorker() (sdkworker.Worker, error) {
+	cfg, logger := p.cfg, p.logger
+	acts := &activities.Activities{Publisher: p.pub, History: history{client: p.tc, namespace: cfg.Namespace},
+		Logger: logger.With("component", "activities"), Metrics: activities.NewMetrics(p.reg),
+		DeadLetterTTL: cfg.Retention, DeadLetterMaxBytes: cfg.DeadLetterMaxBytes, ServiceName: cfg.ServiceName,
+		ExpiredArchiveQueue: cfg.ExpiredArchiveQueue}
+	if p.counter != nil {
+		acts.Gate, acts.Counter, acts.Held = startGate(p.ctx, p.g, cfg, p.tc, logger), p.counter, breaker.HeldLister{Client: p.tc, TaskQueue: cfg.TaskQueue}
+	}
+	// The operators' jobs act on items with the ops API's own code, from the worker.
+	items, err := ops.NewJobItems(ops.APIConfig{Client: p.tc, DataConverter: p.topts.DataConverter, Namespace: cfg.Namespace, TaskQueue: cfg.TaskQueue})
+	if err != nil {
+		return nil, err
+	}
+	w := worker.New(p.tc, worker.Options{TaskQueue: cfg.TaskQueue, StopTimeout: cfg.WorkerStopTimeout, WorkflowPollers: cfg.WorkflowPollers,
+		Jobs: &jobs.Activities{Items: items},
+		OnFatalError: func(err error) {
+			p.fatal.Report(err)
+			logger.Error("worker stopped on a fatal error; shutting down", "component", "worker", "task_queue", cfg.TaskQueue, "error", err)
+		}}, acts)
+	if err := w.Start(); err != nil {
+		return nil, fmt.Errorf("start worker: %w", err)
+	}
+	logger.Info("worker started", "task_queue", cfg.TaskQueue)
+	p.live["worker"] = p.fatal.Check
+	p.g.Go(func() error {
+		select {
+		case <-p.ctx.Done():
+			return nil
+		case <-p.fatal.Done():
+			return fmt.Errorf("worker on task queue %q stopped on a fatal error: %w", cfg.TaskQueue, p.fatal.Err())
+		}
+	})
+	return w, nil
+}
+
+// startBridge starts the bridge on the ingress queue, reporting through Temporal; its
+// readiness is whether it consumes.
+func (p *process) startBridge() {
+	cfg := p.cfg
+	var failures bridge.BreakerCounter // nil, not a nil *breaker.Counter, when breakers are off
+	if p.counter != nil {
+		failures = p.counter
+	}
+	rep := &reporter.Reporter{Client: p.tc, TaskQueue: cfg.TaskQueue, Retention: cfg.Retention, Eager: p.runsWorker(), StartDelayMax: cfg.StartDelayMax, DeferMax: cfg.BridgeDeferMax}
+	b := bridge.New(bridge.Config{
+		Queue:              cfg.RetryQueue,
+		DeadLetterQueue:    cfg.ManualReviewQueue,
+		Prefetch:           cfg.Prefetch,
+		MemoryBudget:       int64(cfg.BridgeMemoryBudget),
+		DeadLetterMaxBytes: cfg.DeadLetterMaxBytes,
+		Workers:            cfg.BridgeWorkers,
+		Probe:              reporter.Probe(p.tc),
+		IngressArgs:        broker.IngressArgs(p.bcfg, cfg.ManualReviewQueue),
+		DeadLetterArgs:     broker.QueueArgs(p.bcfg),
+		ServiceName:        cfg.ServiceName,
+		ServiceVersion:     cfg.ServiceVersion,
+		Breakers:           failures,
+		Defer:              rep.DeferFor,
+		Decode: bridge.DecodeOptions{
+			MaxMessageBytes:        cfg.MaxMessageBytes,
+			Resolver:               p.catalog,
+			DefaultDeadLetterQueue: cfg.ManualReviewQueue,
+		},
+	}, func() (*amqp.Connection, error) { return broker.Dial(p.bcfg) }, rep, p.pub,
+		p.logger.With("component", "bridge"), bridge.NewMetrics(p.reg))
+	p.checks["bridge"] = func(context.Context) error {
+		if !b.Ready() {
+			return errors.New("not consuming")
+		}
+		return nil
+	}
+	p.g.Go(func() error { return b.Run(p.ctx) })
+}
+
+// serveHTTP serves health, readiness and metrics, the ops API and page where the process
+// runs them, and the payload codec endpoint when PAYLOAD_KEYS and CODEC_TOKEN are set; it
+// shuts the server down when the process ends.
+func (p *process) serveHTTP(auth *ops.Auth) error {
+	mux := ops.Handler(p.reg, p.live, p.checks)
+	if p.runsOps() {
+		if err := mountOpsAPI(mux, p.cfg, p.tc, p.topts.DataConverter, auth, p.logger.With("component", "ops")); err != nil {
+			return err
+		}
+	}
+	if h, err := codecHandler(p.cfg); err != nil {
 		return err
 	} else if h != nil {
 		mux.Handle(CodecPath, h)
 	}
-	srv := newHTTPServer(cfg.HTTPAddr, mux)
-	g.Go(func() error {
-		logger.Info("http listening", "addr", srv.Addr, "mode", cfg.Mode, "service", cfg.ServiceName, "service_version", cfg.ServiceVersion)
+	srv := newHTTPServer(p.cfg.HTTPAddr, mux)
+	p.g.Go(func() error {
+		p.logger.Info("http listening", "addr", srv.Addr, "mode", p.cfg.Mode, "service", p.cfg.ServiceName, "service_version", p.cfg.ServiceVersion)
 		if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			return fmt.Errorf("serve http on %s: %w", srv.Addr, err)
 		}
 		return nil
 	})
-	g.Go(func() error {
-		<-ctx.Done()
-		if at := fatal.At(); !at.IsZero() {
+	p.g.Go(func() error {
+		<-p.ctx.Done()
+		if at := p.fatal.At(); !at.IsZero() {
 			// Probes see the 503 before the port closes.
 			t := time.NewTimer(time.Until(at.Add(fatalLinger)))
 			<-t.C
@@ -283,7 +370,7 @@ func Run(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 		defer cancel()
 		return srv.Shutdown(shutdownCtx)
 	})
-	return g.Wait()
+	return nil
 }
 
 // startGate starts the worker's breaker gate in g after a first refresh, so that a worker
