@@ -201,25 +201,27 @@ func Decode(d Delivery, opts DecodeOptions) (message.FailureReport, error) {
 
 	mediaType := mediaType(d.ContentType)
 	var (
-		rep message.FailureReport
+		dec decoded
 		err error
 	)
 	_, hasXDeath := d.Headers[message.HeaderDeath]
 	switch {
 	case hasXDeath && (mediaType == "" || isJSON(mediaType)) && looksLikeRetryMessage(d.Body):
-		rep, err = decodeJSON(d, opts)
+		dec, err = decodeJSON(d, opts)
 	case hasXDeath:
-		rep, err = decodeXDeath(d, opts)
+		dec, err = decodeXDeath(d, opts)
 	case isJSON(mediaType):
-		rep, err = decodeJSON(d, opts)
+		dec, err = decodeJSON(d, opts)
 	case isProtobuf(mediaType):
-		rep, err = decodeProtobuf(d, opts)
+		dec, err = decodeProtobuf(d, opts)
 	case mediaType == "" && looksLikeRetryMessage(d.Body):
-		rep, err = decodeJSON(d, opts)
+		dec, err = decodeJSON(d, opts)
 	default:
 		err = &PoisonError{Kind: KindPoison, Reason: reasonNotRetryMessage}
 	}
+	var rep message.FailureReport
 	if err == nil {
+		rep = finish(dec.rep, dec.policy, dec.rawID, opts)
 		if pe := accept(&rep, d, opts); pe != nil {
 			pe.OriginalQueue, pe.MessageID = rep.Message.OriginalQueue, rep.Message.MessageID
 			err = pe
@@ -293,7 +295,15 @@ func setErrorDetail(rep *message.FailureReport, errorType, stackTrace string) []
 	return notes
 }
 
-// finish resolves the policy and fills what both forms share.
+// decoded is what a form's decoder read: the report, the policy it names and the message id
+// as sent. Decode finishes it (finish) and checks it (accept), once for every form.
+type decoded struct {
+	rep    message.FailureReport
+	policy string
+	rawID  string
+}
+
+// finish resolves the policy and fills what every form shares.
 func finish(rep message.FailureReport, policyName, rawID string, opts DecodeOptions) message.FailureReport {
 	m := &rep.Message
 	usable := rawID

@@ -182,15 +182,15 @@ func describeJSONValue(v string) string {
 
 // decodeJSON decodes a JSON RetryMessage strictly: every wrong type or out-of-range value is
 // poison, naming the field, because a producer sending it is broken and retrying cannot mend it.
-func decodeJSON(d Delivery, opts DecodeOptions) (message.FailureReport, error) {
+func decodeJSON(d Delivery, opts DecodeOptions) (decoded, error) {
 	var w *retryMessageJSON
 	if err := json.Unmarshal(d.Body, &w); err != nil {
 		pe := jsonPoison(err)
 		pe.OriginalQueue, pe.MessageID = poisonNames(d.Body)
-		return message.FailureReport{}, pe
+		return decoded{}, pe
 	}
 	if w == nil {
-		return message.FailureReport{}, poisonf("body is JSON null, not a RetryMessage object")
+		return decoded{}, poisonf("body is JSON null, not a RetryMessage object")
 	}
 	rep, pe := w.report()
 	if pe != nil {
@@ -198,7 +198,7 @@ func decodeJSON(d Delivery, opts DecodeOptions) (message.FailureReport, error) {
 			pe.OriginalQueue = *w.OriginalQueue
 		}
 		pe.MessageID = w.MessageID
-		return message.FailureReport{}, pe
+		return decoded{}, pe
 	}
 	if rep.Message.CorrelationID == "" {
 		rep.Message.CorrelationID = d.CorrelationID
@@ -214,7 +214,7 @@ func decodeJSON(d Delivery, opts DecodeOptions) (message.FailureReport, error) {
 	rep.Message.Headers, notes = jsonHeaders(w.OriginalHeaders, opts)
 	rep.Notes = append(rep.Notes, notes...)
 	rep.Source = SourceRetryMessage
-	return finish(rep, w.Policy, w.MessageID, opts), nil
+	return decoded{rep: rep, policy: w.Policy, rawID: w.MessageID}, nil
 }
 
 // poisonNames reads the queue and id of a body whose fields do not all have their types, to

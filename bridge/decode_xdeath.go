@@ -11,6 +11,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/retry-scheduler/retry-scheduler/message"
+	"github.com/retry-scheduler/retry-scheduler/policy"
 )
 
 // maxRetryKeyLen bounds x-retry-key; ours are "<message_id>:<n>", well under it.
@@ -95,50 +96,73 @@ func xDeathQueueHint(headers amqp.Table) string {
 // original payload and x-death says where it came from. A malformed x-death or x-retry-count
 // is poison (the route or the attempt count would be guessed); a malformed error-detail header
 // is ignored with a note, since the message can still be retried without it.
-func decodeXDeath(d Delivery, opts DecodeOptions) (message.FailureReport, error) {
+func decodeXDeath(d Delivery, opts DecodeOptions) (decoded, error) {
 	e, pe := firstXDeath(d.Headers)
 	if pe != nil {
-		return message.FailureReport{}, pe
+		return decoded{}, pe
 	}
-	fail := func(pe *PoisonError) (message.FailureReport, error) {
-		pe.OriginalQueue = e.queue
-		return message.FailureReport{}, pe
-	}
-
 	var rep message.FailureReport
 	if v, ok := header(d.Headers, message.HeaderRetryCount); ok {
 		n, ok := headerInt(v)
 		if !ok {
-			return fail(poisonf("x-retry-count header must be an integer, got %s", describe(v)))
+			pe = poisonf("x-retry-count header must be an integer, got %s", describe(v))
+		} else {
+			pe = checkCount("x-retry-count header", n)
 		}
-		if pe := checkCount("x-retry-count header", n); pe != nil {
-			return fail(pe)
+		if pe != nil {
+			pe.OriginalQueue = e.queue
+			return decoded{}, pe
 		}
 		rep.RetryCount = int(n)
 	}
 
-	notes := &message.HeaderConverter{}
-	str := func(name string) string {
-		v, ok := header(d.Headers, name)
-		if !ok || v == nil {
-			return ""
-		}
-		s, ok := headerString(v)
-		if !ok {
-			notes.Dropf("%s header ignored: not a string", name)
-		}
-		return s
+	h := xDeathHeaders{d: d, notes: &message.HeaderConverter{}}
+	rep.Message = h.message(e.queue, opts)
+	rep.Failure = h.failure(e, opts.Now())
+	if key := h.str(message.HeaderRetryKey); len(key) > maxRetryKeyLen {
+		h.notes.Dropf("x-retry-key header ignored: over %d bytes", maxRetryKeyLen)
+	} else {
+		rep.RetryKey = key
 	}
+	rep.Service = h.str(message.HeaderService)
+	rep.ServiceVersion = h.str(message.HeaderServiceVersion)
+	h.notes.Notes = append(h.notes.Notes, setErrorDetail(&rep, h.str(message.HeaderErrorType), h.str(message.HeaderStackTrace))...)
+	rep.Notes = h.notes.Notes
+	rep.Source = SourceDeadLetter
+	return decoded{rep: rep, policy: h.str(message.HeaderRetryPolicy), rawID: d.MessageID}, nil
+}
 
-	m := &rep.Message
-	m.Payload = d.Body
+// xDeathHeaders reads a dead-lettered delivery's headers; a header of the wrong type is
+// ignored with a note, since the message can still be retried without it.
+type xDeathHeaders struct {
+	d     Delivery
+	notes *message.HeaderConverter
+}
+
+// str is the named header as a string, "" when absent or not a string.
+func (h xDeathHeaders) str(name string) string {
+	v, ok := header(h.d.Headers, name)
+	if !ok || v == nil {
+		return ""
+	}
+	s, ok := headerString(v)
+	if !ok {
+		h.notes.Dropf("%s header ignored: not a string", name)
+	}
+	return s
+}
+
+// message is the original message: the delivery's body, properties and headers.
+func (h xDeathHeaders) message(queue string, opts DecodeOptions) message.Message {
+	d := h.d
+	m := message.Message{Payload: d.Body}
 	if m.Payload == nil {
 		m.Payload = []byte{}
 	}
 	// Republish to the queue that failed, by name on the default exchange: going back
 	// through the original exchange would, for a fanout or topic exchange, deliver the
 	// retry to every bound queue again, including consumers that had succeeded.
-	m.OriginalQueue = e.queue
+	m.OriginalQueue = queue
 	m.Properties = message.Properties{
 		ContentType:     d.ContentType,
 		ContentEncoding: d.ContentEncoding,
@@ -149,56 +173,51 @@ func decodeXDeath(d Delivery, opts DecodeOptions) (message.FailureReport, error)
 		Timestamp:       d.Timestamp,
 	}
 	m.CorrelationID = d.CorrelationID
-	m.TenantID = str(message.HeaderTenantID)
-	m.Headers = notes.Convert(d.Headers, opts.allowHeader)
-
-	rep.Failure.Reason = str(message.HeaderErrorReason)
-	if rep.Failure.Reason == "" {
-		rep.Failure.Reason = "dead-lettered from queue " + e.queue
-		if e.reason != "" {
-			rep.Failure.Reason += " (" + e.reason + ")"
-		}
-	}
-	rep.Failure.Category = str(message.HeaderErrorCategory)
-	if v, ok := header(d.Headers, message.HeaderErrorCode); ok && v != nil {
-		if s, ok := headerString(v); ok {
-			rep.Failure.ErrorCode = s
-		} else if n, ok := headerInt(v); ok {
-			rep.Failure.ErrorCode = strconv.FormatInt(n, 10)
-		} else {
-			notes.Dropf("x-error-code header ignored: not a string or integer")
-		}
-	}
-	if v, ok := header(d.Headers, message.HeaderHTTPStatus); ok && v != nil {
-		if n, ok := headerInt(v); ok && n >= 0 && n <= 999 {
-			rep.Failure.HTTPStatus = int(n)
-		} else {
-			notes.Dropf("x-http-status header ignored: %s is not an HTTP status code", describe(v))
-		}
-	}
-	if v, ok := header(d.Headers, message.HeaderRetryAfter); ok && v != nil {
-		if ra, err := parseRetryAfter(v, opts.Now()); err != nil {
-			notes.Dropf("x-retry-after header ignored: %v", err)
-		} else {
-			rep.Failure.RetryAfter = ra
-		}
-	}
-	if key := str(message.HeaderRetryKey); len(key) > maxRetryKeyLen {
-		notes.Dropf("x-retry-key header ignored: over %d bytes", maxRetryKeyLen)
-	} else {
-		rep.RetryKey = key
-	}
-	rep.Service = str(message.HeaderService)
-	rep.ServiceVersion = str(message.HeaderServiceVersion)
-	m.EventType = str(message.HeaderEventType)
+	m.TenantID = h.str(message.HeaderTenantID)
+	m.Headers = h.notes.Convert(d.Headers, opts.allowHeader)
+	m.EventType = h.str(message.HeaderEventType)
 	if m.EventType == "" {
 		m.EventType = d.Type
 	}
-	notes.Notes = append(notes.Notes, setErrorDetail(&rep, str(message.HeaderErrorType), str(message.HeaderStackTrace))...)
-	policyName := str(message.HeaderRetryPolicy)
-	rep.Notes = notes.Notes
-	rep.Source = SourceDeadLetter
-	return finish(rep, policyName, d.MessageID, opts), nil
+	return m
+}
+
+// failure is what the consumer said of the failure in its headers; without a reason, the
+// broker's x-death says why the message was dead-lettered.
+func (h xDeathHeaders) failure(e xDeathEntry, now time.Time) policy.Failure {
+	var f policy.Failure
+	f.Reason = h.str(message.HeaderErrorReason)
+	if f.Reason == "" {
+		f.Reason = "dead-lettered from queue " + e.queue
+		if e.reason != "" {
+			f.Reason += " (" + e.reason + ")"
+		}
+	}
+	f.Category = h.str(message.HeaderErrorCategory)
+	if v, ok := header(h.d.Headers, message.HeaderErrorCode); ok && v != nil {
+		if s, ok := headerString(v); ok {
+			f.ErrorCode = s
+		} else if n, ok := headerInt(v); ok {
+			f.ErrorCode = strconv.FormatInt(n, 10)
+		} else {
+			h.notes.Dropf("x-error-code header ignored: not a string or integer")
+		}
+	}
+	if v, ok := header(h.d.Headers, message.HeaderHTTPStatus); ok && v != nil {
+		if n, ok := headerInt(v); ok && n >= 0 && n <= 999 {
+			f.HTTPStatus = int(n)
+		} else {
+			h.notes.Dropf("x-http-status header ignored: %s is not an HTTP status code", describe(v))
+		}
+	}
+	if v, ok := header(h.d.Headers, message.HeaderRetryAfter); ok && v != nil {
+		if ra, err := parseRetryAfter(v, now); err != nil {
+			h.notes.Dropf("x-retry-after header ignored: %v", err)
+		} else {
+			f.RetryAfter = ra
+		}
+	}
+	return f
 }
 
 // parseRetryAfter reads Retry-After as seconds (a number, or a decimal string) or an HTTP
