@@ -49,24 +49,9 @@ func (s *session) process(e *entry) result {
 // context, so that the start or signal the report makes continues the message's trace.
 func (s *session) deliver(spanCtx context.Context, span trace.Span, e *entry) result {
 	b, d := s.b, e.d
-	var rep message.FailureReport
-	if e.rep != nil {
-		rep = *e.rep // decoded before it waited out its first delay
-	} else {
-		var err error
-		if rep, err = Decode(DeliveryFrom(d), b.cfg.Decode); err != nil {
-			var pe *PoisonError
-			if !errors.As(err, &pe) {
-				pe = &PoisonError{Kind: KindPoison, Reason: err.Error(), MessageID: d.MessageId}
-			}
-			return s.deadLetter(e, pe)
-		}
-		if e.mayWait && b.cfg.Defer != nil {
-			if hold := b.cfg.Defer(rep); hold > 0 {
-				e.rep, e.due = &rep, time.Now().Add(hold)
-				return result{outcome: outcomeWaiting, wait: e}
-			}
-		}
+	rep, done := s.report(e)
+	if done != nil {
+		return *done
 	}
 	if span.IsRecording() {
 		span.SetAttributes(
@@ -129,6 +114,30 @@ func (s *session) deliver(spanCtx context.Context, span trace.Span, e *entry) re
 		log.Warn("failure report accepted but delivery not acked: channel gone; the broker will redeliver it", "outcome", r.outcome)
 	}
 	return r
+}
+
+// report is e's failure report: decoded now, or before it waited out its first delay. A
+// non-nil result ends the delivery here: poison, dead-lettered, or deferred to its due time.
+func (s *session) report(e *entry) (message.FailureReport, *result) {
+	if e.rep != nil {
+		return *e.rep, nil // decoded before it waited out its first delay
+	}
+	rep, err := Decode(DeliveryFrom(e.d), s.b.cfg.Decode)
+	if err != nil {
+		var pe *PoisonError
+		if !errors.As(err, &pe) {
+			pe = &PoisonError{Kind: KindPoison, Reason: err.Error(), MessageID: e.d.MessageId}
+		}
+		r := s.deadLetter(e, pe)
+		return rep, &r
+	}
+	if e.mayWait && s.b.cfg.Defer != nil {
+		if wait := s.b.cfg.Defer(rep); wait > 0 {
+			e.rep, e.due = &rep, time.Now().Add(wait)
+			return rep, &result{outcome: outcomeWaiting, wait: e}
+		}
+	}
+	return rep, nil
 }
 
 // Span attributes of the scheduler's own, beside the messaging ones.
