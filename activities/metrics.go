@@ -7,8 +7,8 @@ import (
 
 	"github.com/retry-scheduler/retry-scheduler/broker"
 
+	"github.com/retry-scheduler/retry-scheduler/internal/labels"
 	"github.com/retry-scheduler/retry-scheduler/internal/promreg"
-	"github.com/retry-scheduler/retry-scheduler/metrics/labels"
 )
 
 // Retry outcomes, the status label of retries_executed_total.

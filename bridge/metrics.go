@@ -7,8 +7,8 @@ import (
 
 	"github.com/retry-scheduler/retry-scheduler/broker"
 
+	"github.com/retry-scheduler/retry-scheduler/internal/labels"
 	"github.com/retry-scheduler/retry-scheduler/internal/promreg"
-	"github.com/retry-scheduler/retry-scheduler/metrics/labels"
 )
 
 // Delivery outcomes, the values of bridge_deliveries_total's outcome label.

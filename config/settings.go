@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/retry-scheduler/retry-scheduler/broker"
-	"github.com/retry-scheduler/retry-scheduler/metrics/labels"
+	"github.com/retry-scheduler/retry-scheduler/internal/labels"
 )
 
 // A setting is one configuration value: its environment variable, what it means, and its

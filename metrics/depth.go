@@ -14,8 +14,8 @@ import (
 	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/temporal"
 
+	"github.com/retry-scheduler/retry-scheduler/internal/labels"
 	"github.com/retry-scheduler/retry-scheduler/internal/promreg"
-	"github.com/retry-scheduler/retry-scheduler/metrics/labels"
 	"github.com/retry-scheduler/retry-scheduler/visibility"
 	"github.com/retry-scheduler/retry-scheduler/workflows"
 )

@@ -18,7 +18,7 @@ import (
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/converter"
 
-	"github.com/retry-scheduler/retry-scheduler/metrics/labels"
+	"github.com/retry-scheduler/retry-scheduler/internal/labels"
 	"github.com/retry-scheduler/retry-scheduler/visibility"
 	"github.com/retry-scheduler/retry-scheduler/workflows"
 )

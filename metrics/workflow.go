@@ -8,8 +8,8 @@ import (
 
 	"github.com/retry-scheduler/retry-scheduler/workflows"
 
+	"github.com/retry-scheduler/retry-scheduler/internal/labels"
 	"github.com/retry-scheduler/retry-scheduler/internal/promreg"
-	"github.com/retry-scheduler/retry-scheduler/metrics/labels"
 )
 
 // workflowCounters are the counters the workflows emit through workflow.GetMetricsHandler

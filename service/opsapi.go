@@ -60,16 +60,16 @@ func mountOpsAPI(mux *http.ServeMux, cfg config.Config, tc ops.Temporal, dc conv
 		return err
 	}
 	api, err := ops.NewAPI(ops.APIConfig{
-		Client:        tc,
-		DataConverter: dc,
-		Auth:          auth,
-		Namespace:     cfg.Namespace,
-		TaskQueue:     cfg.TaskQueue,
-		ReplayRate:    float64(cfg.ReplayRate),
-		MaxScans:      cfg.APIMaxScans,
-		WebUIURL:      cfg.TemporalUIURL,
+		Client:         tc,
+		DataConverter:  dc,
+		Auth:           auth,
+		Namespace:      cfg.Namespace,
+		TaskQueue:      cfg.TaskQueue,
+		ReplayRate:     float64(cfg.ReplayRate),
+		MaxScans:       cfg.APIMaxScans,
+		WebUIURL:       cfg.TemporalUIURL,
 		BridgeDeferMax: cfg.BridgeDeferMax,
-		Logger:        logger,
+		Logger:         logger,
 		BreakerSettings: func(queue string) policy.Breaker {
 			p, _, _ := catalog.Resolve(queue, "")
 			return p.Breaker

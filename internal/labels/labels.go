@@ -1,6 +1,6 @@
 // Package labels bounds the label values of the per-queue series: a queue name comes from a
 // producer's report, so without a ceiling every new name would add series that are never
-// removed. A leaf package: the bridge, the activities and the metrics package use it.
+// removed. A leaf package beneath the bridge, the activities and the metrics package.
 package labels
 
 import (
