@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/chromedp"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -83,6 +84,7 @@ func TestEditAndReplayADeadLetter(t *testing.T) {
 		kinds = append(kinds, ev.Kind)
 	}
 	assert.Contains(t, kinds, "edited")
+	s.recordHistory(id, "dead-edited-and-replayed")
 }
 
 func TestReplayToAnotherDestination(t *testing.T) {
@@ -122,6 +124,7 @@ func TestReplayToAnotherDestination(t *testing.T) {
 	require.Len(t, st.Edits, 1)
 	assert.Equal(t, q, st.Edits[0].DestinationBefore.Queue)
 	assert.Equal(t, other, st.Edits[0].DestinationAfter.Queue)
+	s.recordHistory(id, "dead-replayed-to-another-queue")
 }
 
 func TestSnoozeMovesTheRepublish(t *testing.T) {
@@ -135,7 +138,12 @@ func TestSnoozeMovesTheRepublish(t *testing.T) {
 	dead := s.deadLetters(deadQ, "later")[0]
 	scheduled := s.waitingRetries(waitQ, "much-later")[0]
 
-	out := api.must(400, opToken, "POST", msgPath(dead)+"/snooze", map[string]any{"for": "10000h"})
+	// A scheduled retry due about 8 s after its failure moves to 12 s from now.
+	until := time.Now().Add(12 * time.Second).UTC().Truncate(time.Second)
+	out := api.must(200, opToken, "POST", msgPath(scheduled)+"/snooze", map[string]any{"until": until.Format(time.RFC3339)})
+	assert.True(t, until.Equal(nextRetryAt(t, out)), "next retry %v, want %v", nextRetryAt(t, out), until)
+
+	out = api.must(400, opToken, "POST", msgPath(dead)+"/snooze", map[string]any{"for": "10000h"})
 	assert.Contains(t, out["error"], "beyond the dead-letter retention")
 	api.must(400, opToken, "POST", msgPath(dead)+"/snooze", map[string]any{"until": time.Now().Add(-time.Minute).Format(time.RFC3339)})
 	api.must(400, opToken, "POST", msgPath(dead)+"/snooze", map[string]any{"for": "1h", "until": "2030-01-01T00:00:00Z"})
@@ -146,11 +154,6 @@ func TestSnoozeMovesTheRepublish(t *testing.T) {
 	out = api.must(200, opToken, "POST", msgPath(dead)+"/snooze", map[string]any{"for": "4s", "reason": "partner back at 10"})
 	deadUntil := nextRetryAt(t, out)
 	assert.Equal(t, "scheduled", out["state"].(map[string]any)["status"])
-	// A scheduled retry due about 8 s after its failure moves to 12 s from now.
-	until := time.Now().Add(12 * time.Second).UTC().Truncate(time.Second)
-	out = api.must(200, opToken, "POST", msgPath(scheduled)+"/snooze", map[string]any{"until": until.Format(time.RFC3339)})
-	assert.True(t, until.Equal(nextRetryAt(t, out)), "next retry %v, want %v", nextRetryAt(t, out), until)
-
 	d := cDead.next(t, 30*time.Second)
 	arrived := time.Now()
 	assert.Equal(t, "later", d.MessageId)
@@ -164,6 +167,10 @@ func TestSnoozeMovesTheRepublish(t *testing.T) {
 	// Once republished, the message awaits its outcome: no snooze then.
 	out = api.must(409, opToken, "POST", msgPath(scheduled)+"/snooze", map[string]any{"for": "1m"})
 	assert.Contains(t, out["error"], "snooze is allowed only while scheduled or dead")
+	for id, name := range map[string]string{dead: "dead-snoozed-delivered", scheduled: "scheduled-snoozed-delivered"} {
+		require.Equal(t, workflows.StatusDelivered, s.workflowResult(id, 20*time.Second).Status, id)
+		s.recordHistory(id, name)
+	}
 }
 
 // nextRetryAt is the next_retry_at of an action's answer.
@@ -174,4 +181,73 @@ func nextRetryAt(t *testing.T, out map[string]any) time.Time {
 	at, err := time.Parse(time.RFC3339Nano, fmt.Sprint(st["next_retry_at"]))
 	require.NoError(t, err, "%v", st)
 	return at
+}
+
+// The page's "Edit & retry" sends what the operator changed and says the outcome; a refused
+// destination stays in the dialog; "Snooze" schedules a dead letter's retry.
+func TestOpsBrowserEditAndSnooze(t *testing.T) {
+	ctx := browser(t)
+	s := newStack(t)
+	api := s.runWithOps()
+	q := s.queue(s.prefix+".page-edit", nil)
+	other := s.queue(s.prefix+".page-other", nil)
+	c := s.consume(q, nil)
+	cOther := s.consume(other, nil)
+	ids := s.deadLetters(q, "page-edit", "page-move", "page-snooze")
+	edited, moved, snoozed := ids[0], ids[1], ids[2]
+	p := &pageDriver{t: t, ctx: ctx}
+	p.do(
+		chromedp.Navigate(api.base+"/"),
+		chromedp.WaitVisible(chromedp.CSS("#token-input")),
+		chromedp.SendKeys(chromedp.CSS("#token-input"), opToken),
+		chromedp.Click(chromedp.CSS("#sign-in")),
+		chromedp.WaitVisible(chromedp.CSS("#dl-table")),
+	)
+	open := func(id, class, dialog string) {
+		t.Helper()
+		p.until("dead letter "+id, rowExpr("#dl-table", id))
+		p.do(chromedp.Click(chromedp.CSS(rowSel("#dl-table", id) + " td.actions button." + class)))
+		p.until("the "+dialog+" dialog", `document.querySelector("#`+dialog+`").open`)
+	}
+
+	open(edited, "edit-retry", "edit")
+	p.do(
+		chromedp.SetValue(chromedp.CSS(`#edit-form textarea[name="payload"]`), `{"fixed":true}`),
+		chromedp.SetValue(chromedp.CSS(`#edit-form textarea[name="headers"]`), `{"x-fixed": "yes"}`),
+		chromedp.SetValue(chromedp.CSS(`#edit-form input[name="reason"]`), "fixed by hand"),
+		chromedp.Click(chromedp.CSS("#edit-send")),
+	)
+	d := c.next(t, 30*time.Second)
+	assert.Equal(t, `{"fixed":true}`, string(d.Body))
+	assert.Equal(t, "yes", d.Headers["x-fixed"])
+	p.until("the edit's outcome", `document.querySelector("#progress").textContent.includes("Edited and retried")`)
+	assert.Equal(t, "Edited and retried "+edited+": Retry successful.", p.text("#progress"))
+
+	open(moved, "edit-retry", "edit")
+	p.do(
+		chromedp.SetValue(chromedp.CSS(`#edit-form input[name="queue"]`), s.ingress),
+		chromedp.Click(chromedp.CSS("#edit-send")),
+	)
+	p.until("the refusal", `document.querySelector("#edit-error").textContent.includes("destination not allowed")`)
+	assert.Contains(t, p.text("#edit-error"), "is the scheduler's own ingress queue")
+	p.do(
+		chromedp.SetValue(chromedp.CSS(`#edit-form input[name="queue"]`), other),
+		chromedp.Click(chromedp.CSS("#edit-send")),
+	)
+	d = cOther.next(t, 30*time.Second)
+	assert.Equal(t, "page-move", d.MessageId)
+	assert.Equal(t, "p-page-move", string(d.Body), "the payload is kept when not changed")
+
+	open(snoozed, "snooze", "snooze")
+	p.do(
+		chromedp.SetValue(chromedp.CSS(`#snooze-form input[name="for"]`), "1h"),
+		chromedp.Click(chromedp.CSS("#snooze-send")),
+	)
+	p.until("the snooze", `document.querySelector("#progress").textContent.includes("Snoozed")`)
+	st, err := s.state(snoozed)
+	require.NoError(t, err)
+	assert.Equal(t, workflows.StatusScheduled, st.Status)
+	assert.WithinDuration(t, time.Now().Add(time.Hour), st.NextRetryAt, time.Minute)
+	c.caughtUp(t)
+	assert.Len(t, c.all(), 1, "only the edited message went to its queue")
 }
