@@ -3,6 +3,7 @@
 package e2e
 
 import (
+	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
@@ -203,10 +204,12 @@ func TestOpsBrowserEditAndSnooze(t *testing.T) {
 		chromedp.Click(chromedp.CSS("#sign-in")),
 		chromedp.WaitVisible(chromedp.CSS("#dl-table")),
 	)
+	// open clicks the row's button in the page's current table (the table re-renders on each
+	// refresh, so the click is the page's own, on the row as it is then).
 	open := func(id, class, dialog string) {
 		t.Helper()
-		p.until("dead letter "+id, rowExpr("#dl-table", id))
-		p.do(chromedp.Click(chromedp.CSS(rowSel("#dl-table", id) + " td.actions button." + class)))
+		sel, _ := json.Marshal(rowSel("#dl-table", id) + " td.actions button." + class)
+		p.until(class+" of dead letter "+id, `(() => { const b = document.querySelector(`+string(sel)+`); if (b) b.click(); return b !== null; })()`)
 		p.until("the "+dialog+" dialog", `document.querySelector("#`+dialog+`").open`)
 	}
 
