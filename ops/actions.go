@@ -52,6 +52,14 @@ func (act action) legal() workflows.LegalAction {
 	panic("ops: action " + act.Name + " has no row in workflows.LegalActions")
 }
 
+// inList is the statuses act is legal in, for messages.
+func (act action) inList() string {
+	if act == actionSnooze {
+		return "scheduled or dead" // workflows.SnoozeRefusal
+	}
+	return act.legal().InList()
+}
+
 // statusNames lists ss for a message, separated by sep.
 func statusNames(ss []workflows.Status, sep string) string {
 	out := make([]string, len(ss))
@@ -71,7 +79,7 @@ func (a *API) reachable(ctx context.Context, p Principal, act action, id string)
 	cur := l.state.Status
 	if !l.wf.Running {
 		return l, &apiError{Status: http.StatusConflict, Current: cur,
-			Msg: fmt.Sprintf("message %q is %s (its workflow is %s): %s is allowed only while %s", id, cur, l.wf.Status, act.Name, act.legal().InList())}
+			Msg: fmt.Sprintf("message %q is %s (its workflow is %s): %s is allowed only while %s", id, cur, l.wf.Status, act.Name, act.inList())}
 	}
 	if a.inStartDelay(l.wf.StartDelayUntil) {
 		// Temporal does not end a start delay on a signal or an update: it holds them until the
@@ -116,16 +124,28 @@ func (a *API) applyLoaded(ctx context.Context, p Principal, act action, id, reas
 // update sends act to id as a Temporal Update and returns the state after it. The workflow's
 // validator refuses an illegal action before it enters the history: a 409 with its reason.
 func (a *API) update(ctx context.Context, p Principal, act action, id, reason string) (workflows.State, error) {
+	return a.updateItem(ctx, p, act, id, act.Update, workflows.OperatorAction{Actor: p.Name, Reason: reason}, nil)
+}
+
+// updateItem sends update name with arg to id, for act, after check (when set) passed on the
+// item as read, and returns the state after it. A refusal of the item's status is a 409, a
+// refusal of what the update asks a 400.
+func (a *API) updateItem(ctx context.Context, p Principal, act action, id, name string, arg any, check func(workflows.State) error) (workflows.State, error) {
 	l, err := a.reachable(ctx, p, act, id)
 	if err != nil {
 		return l.state, err
 	}
 	cur := l.state.Status
+	if check != nil {
+		if err := check(l.state); err != nil {
+			return l.state, err
+		}
+	}
 	var st workflows.State
 	h, err := a.cfg.Client.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{
 		WorkflowID:   id,
-		UpdateName:   act.Update,
-		Args:         []any{workflows.OperatorAction{Actor: p.Name, Reason: reason}},
+		UpdateName:   name,
+		Args:         []any{arg},
 		WaitForStage: client.WorkflowUpdateStageCompleted,
 	})
 	if err == nil {
@@ -136,10 +156,12 @@ func (a *API) update(ctx context.Context, p Principal, act action, id, reason st
 	switch {
 	case errors.As(err, &appErr) && appErr.Type() == workflows.ErrTypeIllegalAction:
 		return st, &apiError{Status: http.StatusConflict, Current: cur, Msg: fmt.Sprintf("message %q: %s", id, appErr.Message())}
+	case errors.As(err, &appErr) && appErr.Type() == workflows.ErrTypeInvalidInput:
+		return st, invalidInput(id, appErr.Message(), cur)
 	case errors.As(err, &nf):
 		return st, &apiError{Status: http.StatusConflict, Current: cur, Msg: fmt.Sprintf("message %q closed before the %s update arrived", id, act.Name)}
 	case err != nil:
-		return st, fmt.Errorf("update %s of %s: %w", act.Update, id, err)
+		return st, fmt.Errorf("update %s of %s: %w", name, id, err)
 	}
 	return st, nil
 }
@@ -161,13 +183,17 @@ type ActionResponse struct {
 }
 
 func (a *API) postMessageAction(w http.ResponseWriter, r *http.Request) {
-	id, name, ok := splitAction(w, r, "POST /api/messages/{id}/{retry|skip|resolve|discard}")
+	id, name, ok := splitAction(w, r, "POST /api/messages/{id}/{retry|skip|resolve|discard|snooze}")
 	if !ok {
+		return
+	}
+	if name == actionSnooze.Name {
+		a.snooze(w, r, id)
 		return
 	}
 	act, ok := actionsByName[name]
 	if !ok {
-		writeError(w, http.StatusNotFound, fmt.Sprintf("unknown action %q (want retry, skip, resolve or discard)", name))
+		writeError(w, http.StatusNotFound, fmt.Sprintf("unknown action %q (want retry, skip, resolve, discard or snooze)", name))
 		return
 	}
 	a.single(w, r, act, id)
@@ -197,20 +223,37 @@ func (a *API) single(w http.ResponseWriter, r *http.Request, act action, id stri
 		fail(w, err)
 		return
 	}
-	reason, ok := readReason(w, r)
+	// A retry's body may edit the message first (RetryRequest); the others' is a reason.
+	var req RetryRequest
+	var ok bool
+	if act == actionRetry {
+		req, ok = a.readRetry(w, r)
+	} else {
+		req.Reason, ok = readReason(w, r)
+	}
 	if !ok {
 		return
 	}
+	reason, name := req.Reason, act.Name
 	ctx, cancel := context.WithTimeout(r.Context(), readTimeout+a.cfg.ActionWait)
 	defer cancel()
-	st, err := a.update(ctx, p, act, id, reason)
+	var st workflows.State
+	if req.edits() {
+		name = actionEdit
+		var e workflows.EditRetry
+		if e, err = a.editOf(p, req); err == nil {
+			st, err = a.editRetry(ctx, p, id, e)
+		}
+	} else {
+		st, err = a.update(ctx, p, act, id, reason)
+	}
 	if err != nil {
-		a.audit(p, act.Name, []string{id}, reason, "refused", "error", err.Error())
+		a.audit(p, name, []string{id}, reason, "refused", "error", err.Error())
 		fail(w, err)
 		return
 	}
-	a.audit(p, act.Name, []string{id}, reason, "applied", "status", string(st.Status))
-	resp := ActionResponse{ID: id, Action: act.Name, Applied: true, State: st}
+	a.audit(p, name, []string{id}, reason, "applied", append([]any{"status", string(st.Status)}, auditEdit(st)...)...)
+	resp := ActionResponse{ID: id, Action: name, Applied: true, State: st}
 	if wait > 0 {
 		out, now := a.awaitRetry(r.Context(), markAfter(id, st), wait, st)
 		resp.Outcome, resp.State = &out, now

@@ -73,6 +73,13 @@ type APIConfig struct {
 	// WebUIURL is the Temporal Web UI's base address (http://127.0.0.1:8233, say): items then
 	// carry web_ui_url, a link to their workflow's history there. Defaults to "" (no links).
 	WebUIURL string
+	// Guard is the policy file's destinations guard with the scheduler's own queues, which an
+	// edited retry's destination must pass as a producer's report does. Defaults to the
+	// secure default (no amq.* exchange) with no queue of the scheduler's own: set it.
+	Guard *policy.Guard
+	// MaxMessageBytes bounds an edited retry's payload, as MAX_MESSAGE_BYTES bounds a
+	// report's. Defaults to DefaultMaxMessageBytes.
+	MaxMessageBytes int
 	// BridgeDeferMax is the bridges' BRIDGE_DEFER_MAX: when set, a new message's first retry
 	// may be waited out by a bridge before its run exists, and the answer for an id Temporal
 	// does not know says so. Defaults to 0 (no bridge deferrals).
@@ -84,6 +91,8 @@ const (
 	DefaultReplayRate = 20
 	DefaultActionWait = 5 * time.Second
 	DefaultMaxScan    = 10000
+	// DefaultMaxMessageBytes is the bridge's default MAX_MESSAGE_BYTES.
+	DefaultMaxMessageBytes = 512 << 10
 )
 
 // Time bounds and concurrency of the API's calls to Temporal.
@@ -128,6 +137,12 @@ func (c APIConfig) withDefaults() APIConfig {
 	}
 	if c.Now == nil {
 		c.Now = time.Now
+	}
+	if c.Guard == nil {
+		c.Guard = policy.NewGuard(policy.Destinations{}, nil)
+	}
+	if c.MaxMessageBytes <= 0 {
+		c.MaxMessageBytes = DefaultMaxMessageBytes
 	}
 	if c.BreakerSettings == nil {
 		c.BreakerSettings = func(string) policy.Breaker { return policy.Breaker{} }

@@ -60,6 +60,8 @@ type fakeTemporal struct {
 	onQuery func(s *workflows.State)
 	// jobs are the jobs started.
 	jobs []fakeJob
+	// itemUpdates are the edits and snoozes applied, in order.
+	itemUpdates []any
 }
 
 func newFake(states ...workflows.State) *fakeTemporal {
@@ -278,6 +280,9 @@ func (f *fakeTemporal) UpdateWorkflow(ctx context.Context, o client.UpdateWorkfl
 	if o.UpdateName == workflows.UpdateBreakerPause || o.UpdateName == workflows.UpdateBreakerResume {
 		return f.breakerUpdate(o)
 	}
+	if o.UpdateName == workflows.UpdateEditRetry || o.UpdateName == workflows.UpdateSnooze {
+		return f.itemUpdate(o)
+	}
 	signal := ""
 	for _, la := range workflows.LegalActions {
 		if la.Update == o.UpdateName {
@@ -361,17 +366,24 @@ func newHarness(t *testing.T, states ...workflows.State) *harness {
 
 // newHarnessUI is newHarness with the Temporal Web UI at ui.
 func newHarnessUI(t *testing.T, ui string, states ...workflows.State) *harness {
+	return newHarnessWith(t, func(c *APIConfig) { c.WebUIURL = ui }, states...)
+}
+
+// newHarnessWith is newHarness with the configuration changed by with.
+func newHarnessWith(t *testing.T, with func(*APIConfig), states ...workflows.State) *harness {
 	tokens, err := ParseTokens("test", "v:viewer=viewer-token-0123456789,o:operator=operator-token-012345,a:admin=admin-token-0123456789,acme:operator:acme=acme-token-0123456789")
 	require.NoError(t, err)
 	auth, err := NewAuth(tokens)
 	require.NoError(t, err)
 	fake := newFake(states...)
 	var log bytes.Buffer
-	api, err := NewAPI(APIConfig{Client: fake, Auth: auth, TaskQueue: "tq", ActionWait: time.Second, ReplayRate: 1000,
-		Logger: slog.New(slog.NewJSONHandler(&log, nil)), Now: func() time.Time { return t0 }, WebUIURL: ui,
+	cfg := APIConfig{Client: fake, Auth: auth, TaskQueue: "tq", ActionWait: time.Second, ReplayRate: 1000,
+		Logger: slog.New(slog.NewJSONHandler(&log, nil)), Now: func() time.Time { return t0 },
 		BreakerSettings: func(queue string) policy.Breaker {
 			return policy.Breaker{Cooldown: time.Duration(len(queue)) * time.Second}
-		}})
+		}}
+	with(&cfg)
+	api, err := NewAPI(cfg)
 	require.NoError(t, err)
 	api.settleEvery = 5 * time.Millisecond
 	mux := Handler(prometheus.NewRegistry(), nil, nil)

@@ -15,6 +15,8 @@
 //   - message.go, delayed.go: one item, read by id;
 //   - actions.go, canary.go, jobs.go: single, bulk and filtered actions, the canary replay's
 //     settings, and the long actions run as jobs;
+//   - edit.go: a retry with an edited message (payload, headers, destination through the
+//     destinations guard) and a snooze;
 //   - breakers.go: the destinations' breakers, their state (the cooldown from
 //     policy.Breaker.CooldownAt, the breaker workflow's own formula) and pause or resume;
 //   - openapi.go: the API's OpenAPI description, held to the routes by the tests;

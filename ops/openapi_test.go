@@ -92,6 +92,7 @@ func TestOpenAPIDescribesEveryAction(t *testing.T) {
 	for name := range actionsByName {
 		want = append(want, "POST /api/messages/{id}/"+name)
 	}
+	want = append(want, "POST /api/messages/{id}/"+actionSnooze.Name)
 	for name := range breakerActions {
 		want = append(want, "POST /api/breakers/{queue}/"+name)
 	}
@@ -222,6 +223,8 @@ func TestOpenAPISchemasMatchTheGoTypes(t *testing.T) {
 		"Job": jobs.Progress{}, "CanaryStatus": jobs.CanaryStatus{}, "JobResponse": JobResponse{}, "JobListResponse": JobListResponse{},
 		"BreakerProbe": workflows.BreakerProbe{}, "BreakerEvent": workflows.BreakerEvent{}, "BreakerView": BreakerView{},
 		"BreakersResponse": BreakersResponse{}, "BreakerRequest": BreakerRequest{}, "BreakerActionResponse": BreakerActionResponse{},
+		"RetryRequest": RetryRequest{}, "SnoozeRequest": SnoozeRequest{}, "Edit": workflows.Edit{},
+		"Destination": workflows.Destination{}, "PayloadDigest": message.PayloadDigest{},
 	} {
 		s, ok := doc.Components.Schemas[name]
 		if !assert.True(t, ok, "no schema %s", name) {

@@ -37,7 +37,12 @@ const (
 // readJSON decodes the request body into v: at most maxBodyBytes, no unknown fields, one
 // value. An empty body leaves v as it is when emptyOK.
 func readJSON(w http.ResponseWriter, r *http.Request, v any, emptyOK bool) error {
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBodyBytes))
+	return readJSONUpTo(w, r, v, emptyOK, maxBodyBytes)
+}
+
+// readJSONUpTo is readJSON with a body of at most limit bytes.
+func readJSONUpTo(w http.ResponseWriter, r *http.Request, v any, emptyOK bool, limit int64) error {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
 	if err != nil {
 		return badf("read the body: %v", err)
 	}

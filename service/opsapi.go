@@ -70,6 +70,9 @@ func mountOpsAPI(mux *http.ServeMux, cfg config.Config, tc ops.Temporal, dc conv
 		WebUIURL:       cfg.TemporalUIURL,
 		BridgeDeferMax: cfg.BridgeDeferMax,
 		Logger:         logger,
+		// An edited retry's destination passes the guard a producer's report passes.
+		Guard:           catalog.Guard(cfg.RetryQueue, cfg.ManualReviewQueue, ownQueues(cfg)...),
+		MaxMessageBytes: cfg.MaxMessageBytes,
 		BreakerSettings: func(queue string) policy.Breaker {
 			p, _, _ := catalog.Resolve(queue, "")
 			return p.Breaker
@@ -79,5 +82,14 @@ func mountOpsAPI(mux *http.ServeMux, cfg config.Config, tc ops.Temporal, dc conv
 		return err
 	}
 	api.Register(mux)
+	return nil
+}
+
+// ownQueues are the scheduler's queues besides the ingress and the manual-review queue: the
+// expired envelopes' archive, when set.
+func ownQueues(cfg config.Config) []string {
+	if cfg.ExpiredArchiveQueue != "" {
+		return []string{cfg.ExpiredArchiveQueue}
+	}
 	return nil
 }

@@ -14,7 +14,8 @@
 //   - setaside.go: reports that are not the latest republish's failure, kept as notes;
 //   - retry_dead.go: dead-lettering, the parked wait for an operator, poison deliveries;
 //   - retry_operator.go: operator signals and updates, and retry from dead;
-//   - actions.go: which operator action is legal in which status.
+//   - actions.go: which operator action is legal in which status;
+//   - edit.go: the edit-and-retry and snooze updates, their refusals and the edit's record.
 //
 // The rest: state.go (Input, Result, State), names.go, searchattributes.go and metrics.go
 // (what other packages read), startplan.go (a new run's first delay, for the bridge),

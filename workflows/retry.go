@@ -115,7 +115,7 @@ func (r *retryRun) setup() error {
 			return fmt.Errorf("register %s update: %w", la.Update, err)
 		}
 	}
-	return nil
+	return r.addItemUpdates()
 }
 
 // step waits for what the current state waits for and applies it.

@@ -1,6 +1,7 @@
 package workflows
 
 import (
+	"fmt"
 	"time"
 
 	"go.temporal.io/sdk/temporal"
@@ -14,6 +15,10 @@ type actionRequest struct {
 	action  OperatorAction
 	refusal string
 	done    bool
+	// apply, when set, applies the request instead of act (an edit, a snooze): it returns
+	// the refusal, "" when applied. name is then the update's, for a refusal at the run's end.
+	apply func() string
+	name  string
 }
 
 // updateValidator refuses an operator update that the table does not allow now, before it
@@ -32,15 +37,7 @@ func (r *retryRun) updateValidator(signal string) func(workflow.Context, Operato
 // the state changed between the validator and the loop (a report in the same task).
 func (r *retryRun) updateHandler(signal string) func(workflow.Context, OperatorAction) (State, error) {
 	return func(ctx workflow.Context, a OperatorAction) (State, error) {
-		req := &actionRequest{signal: signal, action: a}
-		r.actions.Send(ctx, req)
-		if err := workflow.Await(ctx, func() bool { return req.done }); err != nil {
-			return State{}, err
-		}
-		if req.refusal != "" {
-			return r.state, temporal.NewNonRetryableApplicationError(req.refusal, ErrTypeIllegalAction, nil)
-		}
-		return r.state, nil
+		return r.awaitApplied(ctx, &actionRequest{signal: signal, action: a})
 	}
 }
 
@@ -52,7 +49,11 @@ func (r *retryRun) addActionUpdates(sel workflow.Selector) {
 		if a := req.action; a.Actor == "" {
 			req.action.Actor = "unknown"
 		}
-		req.refusal = r.act(req.signal, req.action)
+		if req.apply != nil {
+			req.refusal = req.apply()
+		} else {
+			req.refusal = r.act(req.signal, req.action)
+		}
 		req.done = true
 	})
 }
@@ -62,6 +63,11 @@ func (r *retryRun) addActionUpdates(sel workflow.Selector) {
 func (r *retryRun) refusePendingActions() {
 	var req *actionRequest
 	for r.actions.ReceiveAsync(&req) {
+		if req.apply != nil {
+			req.refusal = req.name + " is refused: the run ended (" + string(r.state.Status) + ")"
+			req.done = true
+			continue
+		}
 		req.refusal = ActionRefusal(req.signal, &r.state)
 		if req.refusal == "" {
 			req.refusal = req.signal + " is refused: the run ended"
@@ -124,18 +130,81 @@ func receiveAction(ctx workflow.Context, c workflow.ReceiveChannel) OperatorActi
 // the republish is now, and so is the start of the policy's window.
 func (r *retryRun) retryFromDead(a OperatorAction) {
 	s := &r.state
-	s.Resets++
-	s.RetryCount = 0
-	s.DeadReason, s.DeadDetail, s.DeadAt = "", "", time.Time{}
-	s.NextRetryAt = workflow.Now(r.ctx)
-	if r.includes(changeRetryOpensWindow) || workflow.GetVersion(r.ctx, changeRetryOpensWindow, workflow.DefaultVersion, 1) != workflow.DefaultVersion {
-		s.WindowStart = s.NextRetryAt
-		s.HeldFor = 0 // held before the new window: not in it
-	}
+	r.reopen(workflow.Now(r.ctx))
 	s.Status = StatusRepublishing
-	r.count(MetricRetriesScheduled)
 	workflow.GetLogger(r.ctx).Debug("retry scheduled",
 		"message_id", s.Message.MessageID, "attempt", 1, "next_retry_at", s.NextRetryAt,
 		"actor", a.Actor, "outcome", "scheduled")
 	r.upsert()
+}
+
+// reopen takes a dead message back for a retry at at: the count starts again at 0, and the
+// policy's window opens at at.
+func (r *retryRun) reopen(at time.Time) {
+	s := &r.state
+	s.Resets++
+	s.RetryCount = 0
+	s.DeadReason, s.DeadDetail, s.DeadAt = "", "", time.Time{}
+	s.NextRetryAt = at
+	if r.includes(changeRetryOpensWindow) || workflow.GetVersion(r.ctx, changeRetryOpensWindow, workflow.DefaultVersion, 1) != workflow.DefaultVersion {
+		s.WindowStart = s.NextRetryAt
+		s.HeldFor = 0 // held before the new window: not in it
+	}
+	r.count(MetricRetriesScheduled)
+}
+
+// addItemUpdates registers the updates that carry more than an OperatorAction (edit.go):
+// each is validated before it enters the history and applied by the loop like the others.
+func (r *retryRun) addItemUpdates() error {
+	refuse := func(why, errType string) error {
+		if why == "" {
+			return nil
+		}
+		return temporal.NewNonRetryableApplicationError(why, errType, nil)
+	}
+	err := workflow.SetUpdateHandlerWithOptions(r.ctx, UpdateEditRetry,
+		func(ctx workflow.Context, e EditRetry) (State, error) {
+			return r.awaitApplied(ctx, &actionRequest{name: UpdateEditRetry, signal: SignalRetryNow, action: e.OperatorAction,
+				apply: func() string { return r.editRetry(withActor(e)) }})
+		},
+		workflow.UpdateHandlerOptions{Validator: func(_ workflow.Context, e EditRetry) error {
+			return refuse(EditRefusal(&e, &r.state))
+		}})
+	if err != nil {
+		return fmt.Errorf("register %s update: %w", UpdateEditRetry, err)
+	}
+	err = workflow.SetUpdateHandlerWithOptions(r.ctx, UpdateSnooze,
+		func(ctx workflow.Context, n Snooze) (State, error) {
+			if n.Actor == "" {
+				n.Actor = "unknown"
+			}
+			return r.awaitApplied(ctx, &actionRequest{name: UpdateSnooze, action: n.OperatorAction,
+				apply: func() string { return r.snooze(n) }})
+		},
+		workflow.UpdateHandlerOptions{Validator: func(ctx workflow.Context, n Snooze) error {
+			return refuse(SnoozeRefusal(&n, &r.state, workflow.Now(ctx), r.retention))
+		}})
+	if err != nil {
+		return fmt.Errorf("register %s update: %w", UpdateSnooze, err)
+	}
+	return nil
+}
+
+func withActor(e EditRetry) EditRetry {
+	if e.Actor == "" {
+		e.Actor = "unknown"
+	}
+	return e
+}
+
+// awaitApplied hands req to the loop and answers with the state after it, or its refusal.
+func (r *retryRun) awaitApplied(ctx workflow.Context, req *actionRequest) (State, error) {
+	r.actions.Send(ctx, req)
+	if err := workflow.Await(ctx, func() bool { return req.done }); err != nil {
+		return State{}, err
+	}
+	if req.refusal != "" {
+		return r.state, temporal.NewNonRetryableApplicationError(req.refusal, ErrTypeIllegalAction, nil)
+	}
+	return r.state, nil
 }

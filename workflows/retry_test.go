@@ -108,6 +108,8 @@ type retrySuite struct {
 	hist    *fakeHistory
 	gate    *fakeGate
 	counter *fakeCounter
+	// updates numbers the updates a test sends (updateWith).
+	updates int
 }
 
 // fakeHistory stands in for Temporal's record of earlier runs.

@@ -144,6 +144,9 @@ type State struct {
 	// is the latest of them.
 	SetAside     map[string]int  `json:"set_aside,omitempty"`
 	LastSetAside *SetAsideReport `json:"last_set_aside,omitempty"`
+
+	// Edits are the operators' edits of the message (EditRetry), oldest first.
+	Edits []Edit `json:"edits,omitempty"`
 }
 
 // RetryKey is the idempotency key of republish number seq of a message.

@@ -134,6 +134,12 @@ function button(label, onClick) {
   return b;
 }
 
+// classed gives el a class, for the newer row actions (tests find them by it).
+function classed(el, name) {
+  el.className = name;
+  return el;
+}
+
 function render(t, data) {
   const tbody = $(t.table + ' tbody');
   tbody.replaceChildren();
@@ -189,11 +195,15 @@ function render(t, data) {
         if (it.status === 'scheduled' || it.status === 'held') {
           actions.appendChild(button('Retry now', () => rowAction(it.id, 'retry')));
           actions.appendChild(button('Skip', () => rowAction(it.id, 'skip', 'Skip retry and move to Dead Letter Queue?')));
+          actions.appendChild(classed(button('Edit & retry', () => openEdit(it.id)), 'edit-retry'));
         }
+        if (it.status === 'scheduled') actions.appendChild(classed(button('Snooze', () => openSnooze(it.id)), 'snooze'));
       } else {
         actions.appendChild(button('Retry', () => rowAction(it.id, 'retry')));
         actions.appendChild(button('Resolve', () => rowAction(it.id, 'resolve', 'Mark this entry resolved?')));
         actions.appendChild(button('Delete', () => rowAction(it.id, 'discard', 'Permanently delete this entry?')));
+        actions.appendChild(classed(button('Edit & retry', () => openEdit(it.id)), 'edit-retry'));
+        actions.appendChild(classed(button('Snooze', () => openSnooze(it.id)), 'snooze'));
       }
     }
     // Last, so the buttons keep their places.
@@ -587,6 +597,128 @@ async function showDetail(id) {
   }
 }
 
+// ---- edit and retry, snooze -----------------------------------------------------------
+
+// editing is the item the edit dialog is open on, with what it showed at first: only what the
+// operator changed is sent.
+let editing = null;
+
+// payloadText is the payload (base64 in the state's JSON) as text when it is UTF-8, else
+// its base64.
+function payloadText(b64) {
+  const bytes = Uint8Array.from(atob(b64 || ''), c => c.charCodeAt(0));
+  try {
+    return { encoding: 'text', text: new TextDecoder('utf-8', { fatal: true }).decode(bytes) };
+  } catch {
+    return { encoding: 'base64', text: b64 || '' };
+  }
+}
+
+async function openEdit(id) {
+  try {
+    const r = await api('GET', 'messages/' + encodeURIComponent(id));
+    const msg = (r.state && r.state.message) || {};
+    const f = $('#edit-form').elements;
+    const p = payloadText(msg.payload);
+    editing = { id, payload: p.text, encoding: p.encoding, headers: JSON.stringify(msg.headers || {}, null, 2),
+      queue: msg.original_queue || '', exchange: msg.original_exchange || '', routing_key: msg.original_routing_key || '' };
+    f.encoding.value = editing.encoding;
+    f.payload.value = editing.payload;
+    f.headers.value = editing.headers;
+    f.queue.value = editing.queue;
+    f.exchange.value = editing.exchange;
+    f.routing_key.value = editing.routing_key;
+    f.reason.value = '';
+    $('#edit-id').textContent = id;
+    $('#edit-error').textContent = '';
+    $('#edit').showModal();
+  } catch (e) {
+    if (e.status !== 401) setProgress(e.message, true);
+  }
+}
+
+// editBody is the retry's body: the reason, and each part the operator changed.
+function editBody(f) {
+  const body = {};
+  if (f.reason.value.trim()) body.reason = f.reason.value.trim();
+  if (f.payload.value !== editing.payload || f.encoding.value !== editing.encoding) {
+    body[f.encoding.value === 'base64' ? 'payload_base64' : 'payload'] = f.payload.value;
+  }
+  if (f.headers.value.trim() !== editing.headers.trim()) {
+    try {
+      body.headers = JSON.parse(f.headers.value || '{}');
+    } catch (e) {
+      throw new Error('Headers are not JSON: ' + e.message);
+    }
+  }
+  const dest = { queue: f.queue.value.trim(), exchange: f.exchange.value.trim(), routing_key: f.routing_key.value.trim() };
+  if (dest.queue !== editing.queue || dest.exchange !== editing.exchange || dest.routing_key !== editing.routing_key) {
+    body.destination = Object.fromEntries(Object.entries(dest).filter(([, v]) => v));
+  }
+  return body;
+}
+
+async function sendEdit(ev) {
+  ev.preventDefault();
+  const id = editing.id;
+  let body;
+  try {
+    body = editBody($('#edit-form').elements);
+  } catch (e) {
+    $('#edit-error').textContent = e.message;
+    return;
+  }
+  $('#edit-send').disabled = true;
+  $('#edit-error').textContent = '';
+  try {
+    const r = await api('POST', 'messages/' + encodeURIComponent(id) + '/retry?wait=' + RETRY_WAIT, body);
+    $('#edit').close();
+    const o = r.outcome || { result: 'pending', status: r.state.status };
+    setProgress((r.action === 'edit-retry' ? 'Edited and retried ' : verbs.retry + ' ') + id + ': ' + outcomeLine(o),
+      o.result === 'failed_again' || o.result === 'dead');
+  } catch (e) {
+    // The refusal stays in the dialog, with what the operator typed.
+    if (e.status !== 401) $('#edit-error').textContent = e.message;
+  } finally {
+    $('#edit-send').disabled = false;
+  }
+  await refreshAll();
+}
+
+let snoozing = null;
+
+function openSnooze(id) {
+  snoozing = id;
+  const f = $('#snooze-form').elements;
+  f.for.value = '';
+  f.until.value = '';
+  f.reason.value = '';
+  $('#snooze-id').textContent = id;
+  $('#snooze-error').textContent = '';
+  $('#snooze').showModal();
+}
+
+async function sendSnooze(ev) {
+  ev.preventDefault();
+  const f = $('#snooze-form').elements;
+  const body = {};
+  if (f.for.value.trim()) body.for = f.for.value.trim();
+  // datetime-local is the browser's local time; the API takes RFC 3339.
+  if (f.until.value) body.until = new Date(f.until.value).toISOString().replace(/\.\d{3}Z$/, 'Z');
+  if (f.reason.value.trim()) body.reason = f.reason.value.trim();
+  $('#snooze-send').disabled = true;
+  try {
+    const r = await api('POST', 'messages/' + encodeURIComponent(snoozing) + '/snooze', body);
+    $('#snooze').close();
+    setProgress('Snoozed ' + snoozing + ': next retry ' + fmtAbs(r.state.next_retry_at) + '.');
+  } catch (e) {
+    if (e.status !== 401) $('#snooze-error').textContent = e.message;
+  } finally {
+    $('#snooze-send').disabled = false;
+  }
+  await refreshAll();
+}
+
 // ---- wiring ---------------------------------------------------------------------------
 
 document.addEventListener('DOMContentLoaded', () => {
@@ -621,13 +753,17 @@ document.addEventListener('DOMContentLoaded', () => {
   $('#purge').addEventListener('click', () => filteredAction('purge'));
   $('#rq-retry-matching').addEventListener('click', () => filteredAction('retry-matching'));
   $('#job-cancel').addEventListener('click', cancelJob);
+  $('#edit-form').addEventListener('submit', sendEdit);
+  $('#edit-cancel').addEventListener('click', () => $('#edit').close());
+  $('#snooze-form').addEventListener('submit', sendSnooze);
+  $('#snooze-cancel').addEventListener('click', () => $('#snooze').close());
   $('#br-pause-form').addEventListener('submit', ev => {
     ev.preventDefault();
     const f = ev.target.elements;
     breakerAction(f.queue.value.trim(), 'pause', f.reason.value.trim());
   });
   setInterval(() => {
-    if ($('#auto-refresh').checked && !$('#app').hidden && !$('#detail').open) refreshAll();
+    if ($('#auto-refresh').checked && !$('#app').hidden && !$('dialog[open]')) refreshAll();
   }, REFRESH_MS);
   start();
 });
