@@ -431,6 +431,9 @@ func checkBulk(req BulkRequest) error {
 type FilteredResult struct {
 	DryRun bool  `json:"dry_run"`
 	Count  int64 `json:"count"`
+	// Unchecked counts, with error_text, the items whose last error could not be read: not
+	// counted, and not acted on.
+	Unchecked int `json:"unchecked,omitempty"`
 }
 
 // filtered starts a job that sends act to every item in one of the statuses from matching the
@@ -471,6 +474,10 @@ func (a *API) filtered(act action, from ...workflows.Status) http.HandlerFunc {
 			return
 		}
 		query := f.query(a.cfg.TaskQueue)
+		if f.ErrorText != "" {
+			a.filteredByText(w, r, p, name, act, req, f, plan, from)
+			return
+		}
 		if req.DryRun {
 			ctx, cancel := context.WithTimeout(r.Context(), listTimeout)
 			defer cancel()
@@ -487,16 +494,51 @@ func (a *API) filtered(act action, from ...workflows.Status) http.HandlerFunc {
 		if plan.N > 0 {
 			in.Canary = &jobs.Canary{N: plan.N, MaxRatio: plan.MaxRatio, Timeout: plan.Timeout}
 		}
-		a.startJob(w, r, p, in, nil, "canary", plan.N, "queue", f.Queue, "category", f.Category, "tenant_filter", f.Tenant,
-			"event_type", f.EventType, "older_than", req.OlderThan)
+		a.startJob(w, r, p, in, nil, f.logAttrs(req, plan)...)
 	}
+}
+
+// filteredByText is filtered's path for a filter with an error text: the items are matched
+// now (find, at most maxErrorTextScan read), and the job acts on their ids; the dry run
+// counts them.
+func (a *API) filteredByText(w http.ResponseWriter, r *http.Request, p Principal, name string, act action, req BulkFilter,
+	f Filter, plan canaryPlan, from []workflows.Status) {
+	ctx, cancel := context.WithTimeout(r.Context(), listTimeout)
+	defer cancel()
+	items, _, unchecked, err := a.find(ctx, f)
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	if req.DryRun {
+		writeJSON(w, http.StatusOK, FilteredResult{DryRun: true, Count: int64(len(items)), Unchecked: unchecked})
+		return
+	}
+	ids := make([]string, len(items))
+	for i, it := range items {
+		ids[i] = it.ID
+	}
+	in := jobs.Input{Kind: name, Target: target(p, act, req.Reason, from), IDs: ids, Rate: a.cfg.ReplayRate,
+		Filter: req.filterView(f)}
+	if plan.N > 0 {
+		in.Canary = &jobs.Canary{N: plan.N, MaxRatio: plan.MaxRatio, Timeout: plan.Timeout}
+	}
+	a.startJob(w, r, p, in, ids, append(f.logAttrs(req, plan), "unchecked", unchecked)...)
+}
+
+// logAttrs are the audit log's attributes of a filtered action.
+func (f Filter) logAttrs(req BulkFilter, plan canaryPlan) []any {
+	return []any{"canary", plan.N, "queue", f.Queue, "category", f.Category, "tenant_filter", f.Tenant,
+		"event_type", f.EventType, "service", f.Service, "error_type", f.ErrorType, "error_text", f.ErrorText,
+		"older_than", req.OlderThan}
 }
 
 // filterView is the filter a job shows: the request's non-empty fields, with f's tenant.
 func (b BulkFilter) filterView(f Filter) map[string]string {
 	out := map[string]string{}
 	for k, v := range map[string]string{paramQueue: f.Queue, paramCategory: f.Category, paramTenant: f.Tenant,
-		paramEventType: f.EventType, "older_than": b.OlderThan} {
+		paramEventType: f.EventType, paramService: f.Service, paramErrorType: f.ErrorType, paramErrorText: f.ErrorText,
+		"older_than": b.OlderThan} {
 		if v != "" {
 			out[k] = v
 		}

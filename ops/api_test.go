@@ -112,6 +112,12 @@ func (f *fakeTemporal) ListWorkflow(_ context.Context, req *workflowservice.List
 		if s.Message.EventType != "" {
 			fields["EventType"] = p(s.Message.EventType)
 		}
+		if s.Service != "" {
+			fields["ConsumerService"] = p(s.Service)
+		}
+		if s.Status == workflows.StatusDead {
+			fields["DeadLetterIds"] = p([]string{s.DeadLetterID(), message.DLQUUID(s.DeadLetterID())})
+		}
 		started := t0
 		if !s.FirstFailureAt.IsZero() {
 			started = s.FirstFailureAt

@@ -5,6 +5,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/retry-scheduler/retry-scheduler/config"
 	"github.com/retry-scheduler/retry-scheduler/visibility"
@@ -21,6 +23,15 @@ type Filter struct {
 	Category  string
 	Tenant    string
 	EventType string
+	// Service is the consuming service (ConsumerService) and ErrorType the last failure's
+	// error type (ErrorType): exact, in visibility.
+	Service   string
+	ErrorType string
+	// ErrorText is a substring of the last failure's error, matched case-insensitively after
+	// the visibility query (matchErrorText), on at most maxErrorTextScan items.
+	ErrorText string
+	// DeadLetterID is a dlqId or dlqUuid: the dead letter whose envelope carries it.
+	DeadLetterID string
 	// DeadFrom and DeadTo bound DeadAt (inclusive from, exclusive to).
 	DeadFrom, DeadTo time.Time
 	// Closed selects runs that completed (delivered ones) instead of running ones; ClosedFrom
@@ -43,6 +54,9 @@ func (f Filter) query(taskQueue string) string {
 		Equal(workflows.SAErrorCategory, f.Category).
 		Equal(workflows.SATenant, f.Tenant).
 		Equal(workflows.SAEventType, f.EventType).
+		Equal(workflows.SAConsumerService, f.Service).
+		Equal(workflows.SAErrorType, f.ErrorType).
+		Equal(workflows.SADeadLetterIDs, f.DeadLetterID).
 		AtOrAfter(workflows.SADeadAt, f.DeadFrom).
 		Before(workflows.SADeadAt, f.DeadTo).
 		AtOrAfter(visibility.CloseTime, f.ClosedFrom).
@@ -56,6 +70,10 @@ const (
 	paramCategory  = "category"
 	paramTenant    = "tenant"
 	paramEventType = "event_type"
+	paramService   = "service"
+	paramErrorType = "error_type"
+	paramErrorText = "error_text"
+	paramDLQID     = "dlq_id"
 	paramFrom      = "from"
 	paramTo        = "to"
 	paramSince     = "since"
@@ -66,7 +84,8 @@ const (
 )
 
 // commonParams are the parameters every list takes.
-var commonParams = []string{paramQueue, paramCategory, paramTenant, paramEventType, paramPageSize, paramPageToken}
+var commonParams = []string{paramQueue, paramCategory, paramTenant, paramEventType, paramService, paramErrorType,
+	paramErrorText, paramPageSize, paramPageToken}
 
 // parseRetryQueueFilter reads GET /api/retry-queue's filters: status, queue, category, tenant,
 // event_type.
@@ -91,9 +110,71 @@ func parseRetryQueueFilter(q url.Values) (Filter, error) {
 	return f, nil
 }
 
-// parseCommonFilter reads the filters every list takes: queue, category, tenant, event_type.
+// parseCommonFilter reads the filters every list takes: queue, category, tenant, event_type,
+// service, error_type, error_text.
 func parseCommonFilter(q url.Values, f *Filter) error {
-	return f.setCommon(q.Get(paramQueue), q.Get(paramCategory), q.Get(paramTenant), q.Get(paramEventType))
+	if err := f.setCommon(q.Get(paramQueue), q.Get(paramCategory), q.Get(paramTenant), q.Get(paramEventType)); err != nil {
+		return err
+	}
+	return f.setFinding(q.Get(paramService), q.Get(paramErrorType), q.Get(paramErrorText))
+}
+
+// setFinding checks and sets the consuming service, error type and error text filters; empty
+// ones stay unset.
+func (f *Filter) setFinding(service, errorType, errorText string) error {
+	var err error
+	for _, p := range []struct {
+		name, v string
+		dst     *string
+	}{{paramService, service, &f.Service}, {paramErrorType, errorType, &f.ErrorType}} {
+		if p.v == "" {
+			continue
+		}
+		if *p.dst, err = parseText(p.name, p.v); err != nil {
+			return err
+		}
+	}
+	if errorText != "" {
+		if f.ErrorText, err = parseSearchText(paramErrorText, errorText); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// parseSearchText checks a substring to look for in what the state query answers (it never
+// reaches visibility): at most maxTextLen bytes of UTF-8 without control characters, and not
+// only blanks.
+func parseSearchText(what, v string) (string, error) {
+	switch {
+	case len(v) > maxTextLen:
+		return "", badf("%s is longer than %d bytes", what, maxTextLen)
+	case !utf8.ValidString(v):
+		return "", badf("%s is not valid UTF-8", what)
+	case strings.ContainsFunc(v, unicode.IsControl):
+		return "", badf("%s contains a control character", what)
+	case strings.TrimSpace(v) == "":
+		return "", badf("%s is only blanks", what)
+	}
+	return v, nil
+}
+
+// maxDeadLetterIDLen bounds a dlq_id: a dlqId is a workflow ID, "#" and a count, or a
+// poison delivery's id.
+const maxDeadLetterIDLen = 1100
+
+// parseDeadLetterID checks a dlqId or dlqUuid.
+func parseDeadLetterID(v string) (string, error) {
+	switch {
+	case len(v) > maxDeadLetterIDLen:
+		return "", badf("%s is longer than %d bytes", paramDLQID, maxDeadLetterIDLen)
+	case !utf8.ValidString(v) || strings.ContainsFunc(v, unicode.IsControl):
+		return "", badf("%s is not UTF-8 text without control characters", paramDLQID)
+	}
+	if err := visibility.CheckMatchable(v); err != nil {
+		return "", badf("%s %q: %v", paramDLQID, v, err)
+	}
+	return v, nil
 }
 
 // setCommon checks and sets the filters lists and bulk actions share; empty ones stay unset.
@@ -118,16 +199,22 @@ func (f *Filter) setCommon(queue, category, tenant, eventType string) error {
 	return nil
 }
 
-// parseDeadLetterFilter reads GET /api/dead-letters' filters: queue, category, tenant,
-// event_type, from, to (RFC 3339, on DeadAt). The order (sort, order) is read by
+// parseDeadLetterFilter reads GET /api/dead-letters' filters: the common ones, dlq_id (a
+// dlqId or dlqUuid), from, to (RFC 3339, on DeadAt). The order (sort, order) is read by
 // parseDeadLetterOrder.
 func parseDeadLetterFilter(q url.Values) (Filter, error) {
-	if err := knownParams(q, append([]string{paramFrom, paramTo, paramSort, paramOrder}, commonParams...)...); err != nil {
+	if err := knownParams(q, append([]string{paramDLQID, paramFrom, paramTo, paramSort, paramOrder}, commonParams...)...); err != nil {
 		return Filter{}, err
 	}
 	f := Filter{Statuses: []workflows.Status{workflows.StatusDead}}
 	if err := parseCommonFilter(q, &f); err != nil {
 		return Filter{}, err
+	}
+	if v := q.Get(paramDLQID); v != "" {
+		var err error
+		if f.DeadLetterID, err = parseDeadLetterID(v); err != nil {
+			return Filter{}, err
+		}
 	}
 	for _, p := range []struct {
 		name string
@@ -181,6 +268,11 @@ type BulkFilter struct {
 	Category  string `json:"category,omitempty"`
 	Tenant    string `json:"tenant,omitempty"`
 	EventType string `json:"event_type,omitempty"`
+	Service   string `json:"service,omitempty"`
+	ErrorType string `json:"error_type,omitempty"`
+	// ErrorText selects items whose last error holds it (case-insensitive); the job then acts
+	// on the ids matched when it started, of at most maxErrorTextScan candidates.
+	ErrorText string `json:"error_text,omitempty"`
 	// OlderThan selects dead letters dead for at least this long (a Go duration or whole days,
 	// e.g. 90m, 24h, 7d). Replay and purge only.
 	OlderThan string `json:"older_than,omitempty"`
@@ -200,6 +292,9 @@ type BulkFilter struct {
 func (b BulkFilter) filter(now time.Time, statuses ...workflows.Status) (Filter, error) {
 	f := Filter{Statuses: statuses}
 	if err := f.setCommon(b.Queue, b.Category, b.Tenant, b.EventType); err != nil {
+		return Filter{}, err
+	}
+	if err := f.setFinding(b.Service, b.ErrorType, b.ErrorText); err != nil {
 		return Filter{}, err
 	}
 	if b.OlderThan != "" && !slices.Equal(statuses, []workflows.Status{workflows.StatusDead}) {

@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/retry-scheduler/retry-scheduler/message"
 	"github.com/retry-scheduler/retry-scheduler/workflows"
 )
 
@@ -186,4 +187,65 @@ func TestHostileValuesStayOneLiteral(t *testing.T) {
 	var br badRequest
 	require.ErrorAs(t, err, &br)
 	assert.Contains(t, br.msg, "visibility cannot match")
+}
+
+// The finding filters: service and error type are exact conditions in visibility, dlq_id
+// matches either id in DeadLetterIds, error_text stays out of the query (matched on the
+// items' state).
+func TestFindingFilters(t *testing.T) {
+	f, err := parseDeadLetterFilter(url.Values{"service": {"billing"}, "error_type": {"java.io.IOException"},
+		"error_text": {"Connection RESET"}, "dlq_id": {"retry/orders/m-1#0"}})
+	require.NoError(t, err)
+	assert.Equal(t, "Connection RESET", f.ErrorText, "kept as sent; matched case-insensitively")
+	assert.Equal(t, base+` AND RetryStatus = 'dead' AND ConsumerService = 'billing' AND ErrorType = 'java.io.IOException' AND DeadLetterIds = 'retry/orders/m-1#0'`, f.query("tq"))
+
+	f, err = parseRetryQueueFilter(url.Values{"service": {"it's"}, "error_text": {`50"3`}})
+	require.NoError(t, err)
+	assert.Equal(t, base+` AND RetryStatus IN ('scheduled', 'held', 'republishing', 'awaiting-outcome') AND ConsumerService = 'it\'s'`, f.query("tq"))
+	assert.Equal(t, `50"3`, f.ErrorText, "any text: it never reaches visibility")
+
+	_, err = parseRetryQueueFilter(url.Values{"dlq_id": {"x#0"}})
+	require.ErrorContains(t, err, `unknown query parameter "dlq_id"`, "dead letters only")
+
+	f, err = parseDeliveredFilter(url.Values{"service": {"billing"}}, time.Now())
+	require.NoError(t, err)
+	assert.Equal(t, "billing", f.Service)
+
+	for _, q := range []url.Values{
+		{"service": {`a"b`}},
+		{"service": {"\x01"}},
+		{"error_type": {"'x"}},
+		{"error_type": {string(make([]byte, 256))}},
+		{"error_text": {"   "}},
+		{"error_text": {"a\nb"}},
+		{"error_text": {"\xff"}},
+		{"error_text": {string(make([]byte, 256))}},
+		{"dlq_id": {"a\\b#0"}},
+		{"dlq_id": {"a\x00#0"}},
+		{"dlq_id": {"x" + string(make([]byte, 1100))}},
+	} {
+		_, err := parseDeadLetterFilter(q)
+		var br badRequest
+		require.ErrorAs(t, err, &br, "%q", q)
+	}
+}
+
+func TestBulkFindingFilter(t *testing.T) {
+	f, err := BulkFilter{Service: "billing", ErrorType: "TimeoutError", ErrorText: "timed out"}.filter(time.Now(), workflows.StatusDead)
+	require.NoError(t, err)
+	assert.Equal(t, base+` AND RetryStatus = 'dead' AND ConsumerService = 'billing' AND ErrorType = 'TimeoutError'`, f.query("tq"))
+	assert.Equal(t, "timed out", f.ErrorText)
+	assert.Equal(t, map[string]string{"service": "billing", "error_type": "TimeoutError", "error_text": "timed out"},
+		BulkFilter{}.filterView(f))
+	for _, b := range []BulkFilter{{Service: `a"b`}, {ErrorType: "\x01"}, {ErrorText: " "}} {
+		_, err := b.filter(time.Now(), workflows.StatusDead)
+		var br badRequest
+		require.ErrorAs(t, err, &br, "%+v", b)
+	}
+}
+
+func TestExternalSystem(t *testing.T) {
+	assert.Equal(t, "orders", externalSystem(message.Message{OriginalQueue: "orders"}))
+	assert.Equal(t, "events:order.created", externalSystem(message.Message{OriginalQueue: "orders", OriginalExchange: "events", OriginalRoutingKey: "order.created"}))
+	assert.Equal(t, "events:orders", externalSystem(message.Message{OriginalQueue: "orders", OriginalExchange: "events"}))
 }

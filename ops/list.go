@@ -20,18 +20,26 @@ import (
 
 // Item is one row of a list: what visibility knows, plus the last error from the state query.
 type Item struct {
-	ID          string     `json:"id"`
-	RunID       string     `json:"run_id,omitempty"`
-	MessageID   string     `json:"message_id"`
-	Queue       string     `json:"queue"`
-	Status      string     `json:"status"`
-	Category    string     `json:"category,omitempty"`
-	Policy      string     `json:"policy,omitempty"`
-	Tenant      string     `json:"tenant,omitempty"`
-	EventType   string     `json:"event_type,omitempty"`
-	RetryCount  int64      `json:"retry_count"`
-	NextRetryAt *time.Time `json:"next_retry_at,omitempty"`
-	DeadAt      *time.Time `json:"dead_at,omitempty"`
+	ID        string `json:"id"`
+	RunID     string `json:"run_id,omitempty"`
+	MessageID string `json:"message_id"`
+	Queue     string `json:"queue"`
+	Status    string `json:"status"`
+	Category  string `json:"category,omitempty"`
+	Policy    string `json:"policy,omitempty"`
+	Tenant    string `json:"tenant,omitempty"`
+	EventType string `json:"event_type,omitempty"`
+	// Service is the consuming service that reported the failure and ErrorType the last
+	// failure's error type, when the reports named them.
+	Service   string `json:"service,omitempty"`
+	ErrorType string `json:"error_type,omitempty"`
+	// DeadLetterID and DeadLetterUUID are the dlqId and dlqUuid of a dead item's envelope
+	// (from the DeadLetterIds attribute, else from the state).
+	DeadLetterID   string     `json:"dlq_id,omitempty"`
+	DeadLetterUUID string     `json:"dlq_uuid,omitempty"`
+	RetryCount     int64      `json:"retry_count"`
+	NextRetryAt    *time.Time `json:"next_retry_at,omitempty"`
+	DeadAt         *time.Time `json:"dead_at,omitempty"`
 	// StartedAt is when the first failure report started the workflow: the dead-letter list's
 	// "created at" (sort=created_at).
 	StartedAt time.Time `json:"started_at"`
@@ -45,6 +53,9 @@ type Item struct {
 	StartDelayUntil *time.Time `json:"start_delay_until,omitempty"`
 
 	// From the state query (absent when it failed: DetailError says why).
+	// ExternalSystem is the destination the message failed against: its queue, or
+	// "exchange:routing key" when it was published to an exchange.
+	ExternalSystem string     `json:"external_system,omitempty"`
 	MaxRetries     int        `json:"max_retries,omitempty"`
 	Attempts       int        `json:"attempts,omitempty"`
 	LastError      string     `json:"last_error,omitempty"`
@@ -69,6 +80,9 @@ type ListResponse struct {
 	// Truncated is set when more than MaxScan items matched: only the first MaxScan read were
 	// sorted.
 	Truncated bool `json:"truncated,omitempty"`
+	// Unchecked counts, with error_text, the items whose last error could not be read
+	// (their state query failed): left out of Items and Total.
+	Unchecked int `json:"unchecked,omitempty"`
 }
 
 func (a *API) listRetryQueue(w http.ResponseWriter, r *http.Request) {
@@ -127,18 +141,32 @@ func (a *API) list(w http.ResponseWriter, r *http.Request, f Filter, o order, en
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), listTimeout)
 	defer cancel()
-	items, truncated, err := a.scan(ctx, f.query(a.cfg.TaskQueue))
+	items, truncated, unchecked, err := a.find(ctx, f)
 	if err != nil {
 		fail(w, err)
 		return
 	}
-	resp := ListResponse{Total: len(items), Truncated: truncated}
+	resp := ListResponse{Total: len(items), Truncated: truncated, Unchecked: unchecked}
 	resp.Items, resp.NextPageToken = o.page(items, cur, size)
 	enrich(ctx, resp.Items)
 	for i := range resp.Items {
 		resp.Items[i].WebUIURL = a.webUIURL(resp.Items[i].ID, resp.Items[i].RunID)
 	}
 	writeJSON(w, http.StatusOK, resp)
+}
+
+// find reads the items f selects: the visibility query's (scan), then, with an error text,
+// those whose last error holds it, of at most maxErrorTextScan.
+func (a *API) find(ctx context.Context, f Filter) (items []Item, truncated bool, unchecked int, err error) {
+	items, truncated, err = a.scan(ctx, f.query(a.cfg.TaskQueue))
+	if err != nil || f.ErrorText == "" {
+		return items, truncated, 0, err
+	}
+	if truncated || len(items) > maxErrorTextScan {
+		return nil, false, 0, errTooManyForText(len(items), truncated)
+	}
+	items, unchecked, err = a.matchErrorText(ctx, items, f.ErrorText)
+	return items, false, unchecked, err
 }
 
 // scan reads every execution matching query, up to MaxScan; it reports whether there were
@@ -205,6 +233,14 @@ func itemOf(e *workflowpb.WorkflowExecutionInfo) Item {
 	it.Policy = str(workflows.SAPolicy.GetName())
 	it.Tenant = str(workflows.SATenant.GetName())
 	it.EventType = str(workflows.SAEventType.GetName())
+	it.Service = str(workflows.SAConsumerService.GetName())
+	it.ErrorType = str(workflows.SAErrorType.GetName())
+	if p, ok := fields[workflows.SADeadLetterIDs.GetName()]; ok {
+		var ids []string
+		if dc.FromPayload(p, &ids) == nil && len(ids) == 2 {
+			it.DeadLetterID, it.DeadLetterUUID = ids[0], ids[1]
+		}
+	}
 	if p, ok := fields[workflows.SARetryCount.GetName()]; ok {
 		_ = dc.FromPayload(p, &it.RetryCount)
 	}
@@ -238,14 +274,20 @@ func (a *API) enrich(ctx context.Context, items []Item) {
 			if it.EventType == "" {
 				it.EventType = st.Message.EventType
 			}
+			if it.Service == "" {
+				it.Service = st.Service
+			}
+			if it.ErrorType == "" {
+				it.ErrorType = lastErrorType(st)
+			}
+			it.ExternalSystem = externalSystem(st.Message)
+			if it.DeadLetterID == "" && st.Status == workflows.StatusDead {
+				it.DeadLetterID = st.DeadLetterID()
+				it.DeadLetterUUID = message.DLQUUID(it.DeadLetterID)
+			}
 			it.MaxRetries = maxRetries(st)
 			it.Attempts = len(st.Attempts)
-			if n := len(st.Attempts); n > 0 {
-				it.LastError = st.Attempts[n-1].Error
-			}
-			if it.LastError == "" {
-				it.LastError = st.DeadDetail
-			}
+			it.LastError = lastError(st)
 			it.DeadReason = st.DeadReason
 			if !st.FirstFailureAt.IsZero() {
 				t := st.FirstFailureAt.UTC()

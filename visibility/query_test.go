@@ -37,6 +37,9 @@ func TestConditions(t *testing.T) {
 			AtOrAfter(workflows.SADeadAt, time.Date(2026, 1, 1, 0, 0, 0, 0, cet)).
 			Before(workflows.SADeadAt, time.Date(2026, 1, 2, 0, 0, 0, 250_000_000, time.UTC)).String())
 	assert.Equal(t, b+` AND EventType IN ('a', 'b\'c')`, base.In(workflows.SAEventType, "a", "b'c").String())
+	assert.Equal(t, b+` AND ConsumerService = 'billing' AND ErrorType = 'IOError' AND DeadLetterIds = 'retry/orders/m\'1#0'`,
+		base.Equal(workflows.SAConsumerService, "billing").Equal(workflows.SAErrorType, "IOError").
+			Equal(workflows.SADeadLetterIDs, "retry/orders/m'1#0").String(), "a keyword list matches when it holds the value")
 
 	// <= a millisecond: half a millisecond past it (see milliBound).
 	now := time.Date(2026, 3, 1, 12, 0, 0, 500_000_000, cet)

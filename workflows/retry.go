@@ -9,6 +9,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/retry-scheduler/retry-scheduler/activities"
+	"github.com/retry-scheduler/retry-scheduler/message"
 )
 
 // Local activity options. Local activities, not regular ones: a regular activity adds an
@@ -158,9 +159,49 @@ func (r *retryRun) event(kind, actor, detail string) {
 // upsert keeps the search attributes current; the Web UI and `temporal workflow list
 // --query` read them.
 func (r *retryRun) upsert() {
-	if err := workflow.UpsertTypedSearchAttributes(r.ctx, searchAttributeUpdates(&r.state)...); err != nil {
+	updates := searchAttributeUpdates(&r.state)
+	if r.writesFindingAttributes() {
+		updates = append(updates, findingAttributeUpdates(&r.state)...)
+	}
+	if err := workflow.UpsertTypedSearchAttributes(r.ctx, updates...); err != nil {
 		workflow.GetLogger(r.ctx).Warn("upsert search attributes", "error", err)
 	}
+}
+
+// writesFindingAttributes reports whether this run writes the finding attributes: a worker
+// from before them never did, and a namespace that has not registered them refuses them.
+func (r *retryRun) writesFindingAttributes() bool {
+	return r.includes(changeFindingAttributes) ||
+		workflow.GetVersion(r.ctx, changeFindingAttributes, workflow.DefaultVersion, 1) != workflow.DefaultVersion
+}
+
+// findingAttributeUpdates are the search attributes operators find a message by: its
+// consuming service, its last error type and, while it is dead, its envelope's ids.
+func findingAttributeUpdates(s *State) []temporal.SearchAttributeUpdate {
+	var updates []temporal.SearchAttributeUpdate
+	if s.Service != "" {
+		updates = append(updates, SAConsumerService.ValueSet(s.Service))
+	}
+	if t := lastErrorType(s); t != "" {
+		updates = append(updates, SAErrorType.ValueSet(t))
+	} else {
+		updates = append(updates, SAErrorType.ValueUnset())
+	}
+	if s.Status == StatusDead {
+		id := s.DeadLetterID()
+		updates = append(updates, SADeadLetterIDs.ValueSet([]string{id, message.DLQUUID(id)}))
+	} else {
+		updates = append(updates, SADeadLetterIDs.ValueUnset())
+	}
+	return updates
+}
+
+// lastErrorType is the error type of the last failure, "" when it named none.
+func lastErrorType(s *State) string {
+	if n := len(s.Attempts); n > 0 {
+		return s.Attempts[n-1].ErrorType
+	}
+	return ""
 }
 
 // searchAttributeUpdates are the search attributes of state s.

@@ -19,9 +19,8 @@ func (r *retryRun) toDead(cause, detail string) {
 	s.Status = StatusDead
 	s.DeadReason, s.DeadDetail, s.DeadAt = cause, detail, now
 	s.NextRetryAt = time.Time{}
-	var dlqID string // the envelope's id on the dead-letter queue
+	dlqID := s.DeadLetterID()
 	if s.Poison != nil && cause == s.Poison.Kind {
-		dlqID = s.Poison.DLQID
 		// The bridge published this delivery's envelope, with the full bytes, before it
 		// started or signalled the run.
 		if s.Poison.EnvelopeError != "" {
@@ -31,7 +30,6 @@ func (r *retryRun) toDead(cause, detail string) {
 		}
 	} else {
 		env := r.envelope(now)
-		dlqID = env.DLQID
 		var acts *activities.Activities
 		err := workflow.ExecuteLocalActivity(workflow.WithLocalActivityOptions(r.ctx, deadLetterOptions), acts.DeadLetter,
 			activities.DeadLetterInput{Queue: s.DeadLetterQueue, Envelope: env}).Get(r.ctx, nil)
@@ -84,6 +82,16 @@ func (r *retryRun) envelope(now time.Time) message.Envelope {
 	}
 }
 
+// DeadLetterID is the dlqId of the envelope of s's latest dead-lettering: the bridge's for a
+// message parked as poison, else the workflow ID and how many times an operator retried it
+// from dead.
+func (s *State) DeadLetterID() string {
+	if s.Poison != nil && s.DeadReason == s.Poison.Kind {
+		return s.Poison.DLQID
+	}
+	return s.WorkflowID + "#" + strconv.Itoa(s.Resets)
+}
+
 // waitDead parks a dead message until an operator decides or the retention ends.
 func (r *retryRun) waitDead() {
 	s := &r.state
@@ -124,9 +132,7 @@ func (r *retryRun) archiveExpired() {
 	}
 	s := &r.state
 	env := r.envelope(s.DeadAt)
-	if s.Poison != nil && s.DeadReason == s.Poison.Kind {
-		env.DLQID = s.Poison.DLQID
-	}
+	env.DLQID = s.DeadLetterID()
 	var acts *activities.Activities
 	var res activities.ArchiveExpiredResult
 	err := workflow.ExecuteLocalActivity(workflow.WithLocalActivityOptions(r.ctx, deadLetterOptions), acts.ArchiveExpired,

@@ -50,6 +50,10 @@ const (
 	// local activity, a no-op without EXPIRED_ARCHIVE_QUEUE); runs from before it closed as
 	// expired without it.
 	changeArchiveOnExpiry = "archive-envelope-on-expiry"
+	// Search attributes write the consuming service, the last error type and a dead
+	// message's dlqId and dlqUuid (findingAttributeUpdates); runs from before wrote none of
+	// them.
+	changeFindingAttributes = "finding-attributes"
 )
 
 // revisionChanges lists, for each revision, the gated changes it takes without GetVersion.

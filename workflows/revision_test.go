@@ -20,13 +20,20 @@ func (s *retrySuite) askedVersions() *[]string {
 	return &asked
 }
 
+// distinct is the change ids of asked, each once, sorted: the SDK answers a change id asked
+// again from its first answer.
+func distinct(asked []string) []string {
+	return slices.Compact(slices.Sorted(slices.Values(asked)))
+}
+
 func (s *retrySuite) startAt(rev int, first message.FailureReport) {
 	s.env.ExecuteWorkflow(RetryWorkflowName, Input{Report: &first, Retention: time.Hour, Revision: rev})
 }
 
-// A run started at the current revision takes every gated change without asking: no Version
-// marker and no TemporalChangeVersion write, through a retry, an exhaustion, an operator's
-// retry from dead and a report that continues an earlier run's count.
+// A run started at the current revision takes every gated change of its revision without
+// asking (no Version marker, no TemporalChangeVersion write for them), through a retry, an
+// exhaustion, an operator's retry from dead and a report that continues an earlier run's
+// count; only the gates newer than the revision ask.
 func (s *retrySuite) TestCurrentRevisionAsksNoVersion() {
 	asked := s.askedVersions()
 	p := windowPolicy()
@@ -36,7 +43,8 @@ func (s *retrySuite) TestCurrentRevisionAsksNoVersion() {
 	s.startAt(CurrentRevision, report(p, 0, transient))
 
 	s.Equal(StatusDelivered, s.result().Status, "retried in the window the operator's retry opened")
-	s.Empty(*asked, "a run at the current revision records no version marker")
+	s.Equal([]string{changeFindingAttributes}, distinct(*asked),
+		"a run at the current revision asks only the gate newer than it, at its first upsert")
 	// The new branches: the operator's retry opened a new window; the breaker was asked.
 	s.False(again.WindowStart.IsZero())
 	s.Len(s.pub.to(testQueue), 4)
@@ -51,8 +59,9 @@ func (s *retrySuite) TestCurrentRevisionContinuesAnEarlierRunWithoutAsking() {
 	s.startAt(CurrentRevision, report(p, 2, transient))
 
 	s.Equal(StatusExpired, s.result().Status)
-	// Only the gate newer than the revision asks, when the retention ends.
-	s.Equal([]string{changeArchiveOnExpiry}, *asked)
+	// Only the gates newer than the revision ask: the finding attributes at the first
+	// upsert, the archive when the retention ends.
+	s.Equal([]string{changeArchiveOnExpiry, changeFindingAttributes}, distinct(*asked))
 	s.Require().Len(s.envelopes(), 1)
 	s.Len(s.envelopes()[0].RetryAttempts, 3, "the earlier run's attempts were looked up")
 }

@@ -29,3 +29,19 @@ var (
 	// when the report carried one.
 	SAProducer = temporal.NewSearchAttributeKeyKeyword("RetryProducer")
 )
+
+// Search attributes operators find dead letters by. A run writes them when it takes the
+// change finding-attributes (revision.go): in practice the runs started after it, since a run
+// that upserted before it answers its first GetVersion with the old branch on replay.
+var (
+	// SAConsumerService is the consuming service that reported the failure (the
+	// RetryMessage's service, the x-service header), when the report named one.
+	SAConsumerService = temporal.NewSearchAttributeKeyKeyword("ConsumerService")
+	// SAErrorType is the last failure's error type (the reporter's exception class); unset
+	// when that failure named none.
+	SAErrorType = temporal.NewSearchAttributeKeyKeyword("ErrorType")
+	// SADeadLetterIDs holds a dead message's dlqId and dlqUuid, the ids its envelope carries
+	// on the dead-letter queue (a list, so that either finds it with one condition); unset
+	// while the message is not dead.
+	SADeadLetterIDs = temporal.NewSearchAttributeKeyKeywordList("DeadLetterIds")
+)

@@ -21,6 +21,9 @@ var SearchAttributeKeys = []temporal.SearchAttributeKey{
 	workflows.SAEventType,
 	workflows.SABreakerState,
 	workflows.SAProducer,
+	workflows.SAConsumerService,
+	workflows.SAErrorType,
+	workflows.SADeadLetterIDs,
 }
 
 // cliTypes maps value types to the names `temporal` accepts.

@@ -172,10 +172,12 @@ function render(t, data) {
         it.deliveries ? 'the original delivery and ' + (it.deliveries - 1) + ' retr' + (it.deliveries === 2 ? 'y' : 'ies') : (it.detail_error || ''));
       cell(tr, fmtTime(it.closed_at), 'when', it.closed_at || '');
     } else {
+      cell(tr, it.service || '', 'service');
+      cell(tr, it.external_system || '', 'external-system', 'where it failed: its queue, or exchange:routing key');
       cell(tr, it.category);
       cell(tr, it.retry_count + (it.max_retries ? ' / ' + it.max_retries : ''), 'attempts',
         it.attempts ? it.attempts + ' failure(s) recorded' : '');
-      cell(tr, it.last_error || it.detail_error || '', 'err');
+      cell(tr, it.last_error || it.detail_error || '', 'err', it.error_type || '');
     }
     if (t.kind === 'retry') {
       cell(tr, it.next_retry_at ? fmtTime(it.next_retry_at) : '—', 'when', it.next_retry_at || '');
@@ -502,7 +504,7 @@ async function filteredAction(kind) {
   const k = filtered[kind];
   const body = {};
   for (const el of $(k.form).elements) {
-    if (['queue', 'category', 'tenant', 'event_type'].includes(el.name) && el.value.trim()) body[el.name] = el.value.trim();
+    if (['queue', 'category', 'tenant', 'event_type', 'service', 'error_type', 'error_text'].includes(el.name) && el.value.trim()) body[el.name] = el.value.trim();
   }
   if (kind !== 'retry-matching') {
     const older = $('#replay-form [name=older_than]').value.trim();
@@ -572,6 +574,8 @@ async function showDetail(id) {
     summaryRow(dl, 'Message id', msg.message_id);
     summaryRow(dl, 'Event type', msg.event_type);
     summaryRow(dl, 'Queue', msg.original_queue);
+    summaryRow(dl, 'External System', msg.original_exchange ? msg.original_exchange + ':' + (msg.original_routing_key || msg.original_queue) : '');
+    summaryRow(dl, 'Service', st.service);
     summaryRow(dl, 'Tenant', st.tenant_id);
     summaryRow(dl, 'Policy', st.policy && st.policy.name);
     summaryRow(dl, 'Retries', r.state ? st.retry_count + (st.max_retries || (st.policy && st.policy.max_retries) ? ' / ' + (st.max_retries || st.policy.max_retries) : '') : '');
