@@ -56,7 +56,7 @@ export TEMPORAL_SERVER_DIR
 export TEMPORAL_POSTGRES_HOST TEMPORAL_POSTGRES_PORT TEMPORAL_POSTGRES_USER
 export RABBITMQ_URL
 
-.PHONY: help tools temporal-server chromium promtool kubectl rabbitmq build image replay run docs test test-unit test-integration test-e2e-postgres lint demo bench soak fuzz fuzz-short test-node test-cluster clean
+.PHONY: help tools temporal-server chromium promtool kubectl rabbitmq build image replay run docs test test-unit test-integration test-e2e-postgres lint demo bench soak fuzz fuzz-short test-node test-cluster test-processes clean
 
 help: ## List the targets
 	@echo "retry-scheduler: make <target>"
@@ -285,6 +285,13 @@ test-e2e-postgres: temporal-server rabbitmq ## e2e tests (-tags integration) aga
 # rabbitmq-server, a node killed under load); make test runs them in the integration tier.
 test-cluster: tools rabbitmq ## The RabbitMQ-cluster tests alone (three local nodes, one killed under load)
 	$(GO) test -race -count=1 -tags integration -timeout 15m -run '^(TestClusterNodeLossUnderLoad|TestPublisherGetsPastAQuorumLeaderCrash|TestClusterSurvivesANodeCrash)$$' ./e2e/ ./broker/ ./internal/rabbitcluster/
+
+# The breaker outage scenario with three service processes, with and without SIGKILLs (build
+# tag processes). Outside make test: on a busy 2-core machine most messages are dead-lettered
+# (docs/deployment.md, Several processes).
+test-processes: tools temporal-server rabbitmq ## The breaker outage e2e scenario with three service processes (some killed); not part of make test
+	$(GO) vet -tags 'integration processes' ./e2e/
+	$(GO) test -race -count=1 -tags 'integration processes' -timeout 30m -run '^TestBreakerOutageAcrossProcesses' ./e2e/
 
 # The Node client's tests: npm ci into clients/node/node_modules (npm's cache under $(CACHE)),
 # then node --test against the RabbitMQ at RABBITMQ_URL. Before test-integration, whose e2e
