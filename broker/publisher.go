@@ -167,8 +167,8 @@ func (p *Publisher) publish(ctx context.Context, exchange, key string, mandatory
 }
 
 // publishOn publishes on cc and waits for the outcome. keep says whether cc can serve the
-// next publish: not after a timeout (its late confirm would be taken for the next one's) nor
-// once it is closed.
+// next publish: not after a timeout (its late confirm would be taken for the next one's), nor
+// after a nack, nor once it is closed.
 func (p *Publisher) publishOn(ctx context.Context, cc *confirmChannel, exchange, key string, mandatory bool, msg amqp.Publishing) (keep bool, err error) {
 	if err := checkFrame(msg, cc.conn.conn.Config.FrameSize); err != nil {
 		return true, err
@@ -225,7 +225,10 @@ func (p *Publisher) publishOn(ctx context.Context, cc *confirmChannel, exchange,
 		}
 		return false, fmt.Errorf("channel closed: %w", reason)
 	}
-	return true, ErrNacked
+	// Not kept: a channel whose first publish to a quorum queue met the queue's leader dying
+	// has every later publish to that queue nacked (RabbitMQ 3.10), while a new channel
+	// reaches the new leader.
+	return false, ErrNacked
 }
 
 // refused says whether the broker closed cc, and only cc, refusing the message it carried:

@@ -104,8 +104,8 @@ func TestPublishUnroutable(t *testing.T) {
 	require.NoError(t, p.Publish(context.Background(), "", missing, false, amqp.Publishing{Body: []byte("dropped")}))
 }
 
-// A queue that rejects publishes when full makes the broker nack: ErrNacked, and the
-// channel stays usable.
+// A queue that rejects publishes when full makes the broker nack: ErrNacked, and the next
+// publish goes through (on a new channel: a nacked one is dropped).
 func TestPublishNacked(t *testing.T) {
 	conn := testConn(t)
 	q := tempQueue(t, conn, amqp.Table{"x-max-length": int32(1), "x-overflow": "reject-publish"})

@@ -72,6 +72,10 @@ type stack struct {
 	// brokerURL is what the service and the test's own connections dial (a comma list for a
 	// cluster).
 	brokerURL string
+	// logger is the service's logger (stackOptions.logger).
+	logger *slog.Logger
+	// args are the service's flags, for processes started from the binary.
+	args []string
 }
 
 // stackOptions change what newStackWith sets up; the zero value is the shared broker with
@@ -79,6 +83,8 @@ type stack struct {
 type stackOptions struct {
 	brokerURLs string // the service's RABBITMQ_URL (a comma list for a cluster); default brokertest.URL()
 	queueType  string // the service's QUEUE_TYPE; default the service's
+	// logger is where the service processes run logs; default nowhere.
+	logger *slog.Logger
 }
 
 func newStack(t *testing.T) *stack {
@@ -99,7 +105,10 @@ func newStackWith(t *testing.T, temporal *devserver.Server, opts stackOptions) *
 		opts.brokerURLs = brokertest.URL()
 	}
 	prefix := devserver.UniqueName("e2e")
-	s := &stack{t: t, prefix: prefix, ingress: prefix + ".retry", dlq: prefix + ".dead", brokerURL: opts.brokerURLs}
+	if opts.logger == nil {
+		opts.logger = discard()
+	}
+	s := &stack{t: t, prefix: prefix, ingress: prefix + ".retry", dlq: prefix + ".dead", brokerURL: opts.brokerURLs, logger: opts.logger}
 	s.temporal = temporal
 
 	dir := t.TempDir()
@@ -123,7 +132,7 @@ func newStackWith(t *testing.T, temporal *devserver.Server, opts stackOptions) *
 	}
 	cfg, err := config.Load(args, func(string) (string, bool) { return "", false })
 	require.NoError(t, err)
-	s.cfg = cfg
+	s.cfg, s.args = cfg, args
 
 	s.tc, err = client.Dial(client.Options{HostPort: s.temporal.Address, Namespace: s.temporal.Namespace, Logger: nopLogger()})
 	require.NoError(t, err)
@@ -143,7 +152,7 @@ func (s *stack) run(mode string) {
 	cfg.Mode = mode
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- service.Run(ctx, cfg, discard()) }()
+	go func() { done <- service.Run(ctx, cfg, s.logger) }()
 	s.t.Cleanup(func() {
 		cancel()
 		select {
@@ -165,7 +174,13 @@ func (s *stack) waitReady(cfg config.Config) {
 // queue declares a durable queue owned by the test.
 func (s *stack) queue(name string, args amqp.Table) string {
 	s.t.Helper()
-	conn, err := broker.Dial(broker.Config{URL: s.brokerURL})
+	return s.queueOn(s.brokerURL, name, args)
+}
+
+// queueOn is queue, declared through the broker at url (one node of a cluster).
+func (s *stack) queueOn(url, name string, args amqp.Table) string {
+	s.t.Helper()
+	conn, err := broker.Dial(broker.Config{URL: url})
 	require.NoError(s.t, err)
 	defer conn.Close()
 	ch, err := conn.Channel()
