@@ -12,7 +12,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/retry-scheduler/retry-scheduler/devserver"
+	"github.com/retry-scheduler/retry-scheduler/internal/devserver"
 )
 
 // serviceProcess is one of the stack's service processes run from the binary, so that a
