@@ -109,6 +109,15 @@ func (p *pageDriver) eval(expr string) (bool, error) {
 	return chromedp.Run(ctx, chromedp.Evaluate[bool](expr))
 }
 
+// clickNow clicks the element sel matches in the page as it is when the click runs, until
+// one is there. The tables re-render on each refresh: a chromedp.Click finds its node first
+// and may click it after the re-render removed it ("Could not find node with given id").
+func (p *pageDriver) clickNow(what, sel string) {
+	p.t.Helper()
+	q, _ := json.Marshal(sel)
+	p.until(what, `(() => { const b = document.querySelector(`+string(q)+`); if (b) b.click(); return b !== null; })()`)
+}
+
 // until evaluates the JavaScript expression expr until it is true, pressing the page's Refresh
 // button between tries (the page also refreshes itself, but only every 10 s).
 func (p *pageDriver) until(what, expr string) {

@@ -3,7 +3,6 @@
 package e2e
 
 import (
-	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
@@ -204,12 +203,10 @@ func TestOpsBrowserEditAndSnooze(t *testing.T) {
 		chromedp.Click(chromedp.CSS("#sign-in")),
 		chromedp.WaitVisible(chromedp.CSS("#dl-table")),
 	)
-	// open clicks the row's button in the page's current table (the table re-renders on each
-	// refresh, so the click is the page's own, on the row as it is then).
+	// open clicks the row's button in the page's current table.
 	open := func(id, class, dialog string) {
 		t.Helper()
-		sel, _ := json.Marshal(rowSel("#dl-table", id) + " td.actions button." + class)
-		p.until(class+" of dead letter "+id, `(() => { const b = document.querySelector(`+string(sel)+`); if (b) b.click(); return b !== null; })()`)
+		p.clickNow(class+" of dead letter "+id, rowSel("#dl-table", id)+" td.actions button."+class)
 		p.until("the "+dialog+" dialog", `document.querySelector("#`+dialog+`").open`)
 	}
 

@@ -145,7 +145,7 @@ func TestOpsBrowserRetryNowShowsTheOutcome(t *testing.T) {
 	retryNow := func(id string) {
 		t.Helper()
 		p.until("scheduled retry "+id, rowExpr("#rq-table", id))
-		p.do(chromedp.Click(chromedp.CSS(rowSel("#rq-table", id) + ` td.actions button:nth-child(2)`)))
+		p.clickNow("retry now of "+id, rowSel("#rq-table", id)+` td.actions button:nth-child(2)`)
 	}
 
 	retryNow(fine)
@@ -162,7 +162,7 @@ func TestOpsBrowserRetryNowShowsTheOutcome(t *testing.T) {
 		p.until("scheduled retry "+id, rowExpr("#rq-table", id))
 	}
 	for _, id := range many {
-		p.do(chromedp.Click(chromedp.CSS(rowSel("#rq-table", id) + ` input.row-select`)))
+		p.clickNow("the checkbox of "+id, rowSel("#rq-table", id)+` input.row-select`)
 	}
 	p.do(chromedp.Click(chromedp.CSS("#rq-bulk-retry")))
 	p.until("the bulk retry's outcomes", `document.querySelector("#job-outcomes").textContent.includes("0 pending")`)
