@@ -61,7 +61,7 @@ func TestProcessRefusedEnvelopeIsParkedNotHeld(t *testing.T) {
 
 	assert.Equal(t, OutcomePoison, r.outcome, "parked and acked: the bridge goes on consuming")
 	assert.Equal(t, 1, ack.acks)
-	assert.Equal(t, 0.0, outcomes(m, OutcomeHeld))
+	assert.Equal(t, 0.0, outcomes(m, OutcomePaused))
 	require.Len(t, st.reports, 1)
 	assert.Contains(t, st.reports[0].Poison.EnvelopeError, "larger than configured max size")
 	assert.Equal(t, []byte("junk"), st.reports[0].Message.Payload)
@@ -75,10 +75,10 @@ func TestProcessEnvelopeOutageStillHolds(t *testing.T) {
 
 	r := s.process(&entry{d: amqp.Delivery{Acknowledger: ack, ContentType: "text/plain", Body: []byte("junk")}})
 
-	assert.Equal(t, OutcomeHeld, r.outcome)
+	assert.Equal(t, OutcomePaused, r.outcome)
 	assert.Equal(t, 0, ack.acks+ack.nacks)
 	assert.Empty(t, st.reports)
-	assert.Equal(t, 1.0, outcomes(m, OutcomeHeld))
+	assert.Equal(t, 1.0, outcomes(m, OutcomePaused))
 }
 
 func TestEffectivePrefetch(t *testing.T) {

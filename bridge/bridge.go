@@ -4,7 +4,7 @@
 // Deliveries it can never decode are dead-lettered with a confirm, then acked.
 //
 // The broker keeps every delivery until it is acked, so each failure mode of the bridge ends in
-// redelivery, never in loss: Temporal down → hold the deliveries unacked and probe; connection
+// redelivery, never in loss: Temporal down → pause with the deliveries unacked and probe; connection
 // lost → the broker requeues everything unacked; poison → dead-letter first, ack second.
 //
 // While Temporal is down the bridge neither acks nor requeues: a requeue spends one of a
@@ -87,7 +87,7 @@ func New(cfg Config, dial func() (*amqp.Connection, error), reporter Reporter, d
 	}
 }
 
-// Ready reports whether the bridge is consuming right now: connected, and not holding
+// Ready reports whether the bridge is consuming right now: connected, and not pausing
 // deliveries because Temporal or the dead-letter queue is unavailable.
 func (b *Bridge) Ready() bool {
 	return b.ready.Load()

@@ -146,12 +146,12 @@ func TestProcessStarterFailsHolds(t *testing.T) {
 
 			r := s.process(e)
 
-			assert.Equal(t, OutcomeHeld, r.outcome)
-			assert.Same(t, e, r.held)
+			assert.Equal(t, OutcomePaused, r.outcome)
+			assert.Same(t, e, r.paused)
 			assert.ErrorContains(t, r.err, "temporal unreachable")
 			assert.Equal(t, 0, ack.acks+ack.nacks, "neither acked nor requeued: no delivery spent")
 			assert.Equal(t, 0, e.strikes, "an outage is not the message's fault")
-			assert.Equal(t, 1.0, outcomes(m, OutcomeHeld))
+			assert.Equal(t, 1.0, outcomes(m, OutcomePaused))
 		})
 	}
 }
@@ -195,7 +195,7 @@ func TestProcessStrikesSurviveAHold(t *testing.T) {
 
 	r := s.process(e)
 
-	assert.Equal(t, OutcomeHeld, r.outcome)
+	assert.Equal(t, OutcomePaused, r.outcome)
 	assert.Equal(t, 1, e.strikes, "the try made while Temporal answered is kept")
 }
 
@@ -332,16 +332,16 @@ func TestProcessPoisonHeldWhileTemporalIsDown(t *testing.T) {
 
 	r := s.process(e)
 
-	assert.Equal(t, OutcomeHeld, r.outcome, "the envelope is on the queue, but the parked workflow is not: held like a failed report")
+	assert.Equal(t, OutcomePaused, r.outcome, "the envelope is on the queue, but the parked workflow is not: held like a failed report")
 	assert.Equal(t, 0, ack.acks+ack.nacks)
 	assert.Len(t, pub.msgs, 1)
-	assert.Equal(t, 1.0, outcomes(m, OutcomeHeld))
+	assert.Equal(t, 1.0, outcomes(m, OutcomePaused))
 
 	// Temporal is back: the held delivery is parked and acked, its envelope not published twice.
 	st.mu.Lock()
 	st.err = nil
 	st.mu.Unlock()
-	r = s.process(r.held)
+	r = s.process(r.paused)
 
 	assert.Equal(t, OutcomePoison, r.outcome)
 	assert.Equal(t, 1, ack.acks)
@@ -368,9 +368,9 @@ func TestProcessDeadLetterPublishFails(t *testing.T) {
 
 	r := s.process(&entry{d: amqp.Delivery{Acknowledger: ack, ContentType: "text/plain", Body: []byte("junk")}})
 
-	assert.Equal(t, OutcomeHeld, r.outcome, "held, not dropped and not requeued")
+	assert.Equal(t, OutcomePaused, r.outcome, "held, not dropped and not requeued")
 	assert.Equal(t, 0, ack.acks+ack.nacks)
-	assert.Equal(t, 1.0, outcomes(m, OutcomeHeld))
+	assert.Equal(t, 1.0, outcomes(m, OutcomePaused))
 }
 
 func TestProcessStaleGeneration(t *testing.T) {

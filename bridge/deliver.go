@@ -83,8 +83,8 @@ func (s *session) deliver(spanCtx context.Context, span trace.Span, e *entry) re
 		case failStale:
 			return s.stale(d, err)
 		case failOutage:
-			log.Warn("report failed; holding the delivery unacked until Temporal answers", "outcome", OutcomeHeld, "error", err)
-			return s.hold(e, fmt.Errorf("report: %w", err))
+			log.Warn("report failed; pausing with the delivery unacked until Temporal answers", "outcome", OutcomePaused, "error", err)
+			return s.pause(e, fmt.Errorf("report: %w", err))
 		}
 		e.strikes++
 		if e.strikes >= b.cfg.ReportTries {
@@ -202,7 +202,7 @@ const (
 	failPermanent reportFailure = iota
 	// failStale: the session is retired; the delivery can be neither acked nor held.
 	failStale
-	// failOutage: Temporal as a whole is unavailable; hold the delivery.
+	// failOutage: Temporal as a whole is unavailable; pause with the delivery unacked.
 	failOutage
 	// failMessage: Temporal answers; the failure is the message's own.
 	failMessage
@@ -239,10 +239,11 @@ func (s *session) stale(d amqp.Delivery, err error) result {
 	return s.conclude(d, false, OutcomeDroppedStale, fmt.Errorf("report: %w", err))
 }
 
-// hold hands e back to the loop unsettled: no ack, no requeue, so no delivery is spent.
-func (s *session) hold(e *entry, err error) result {
-	s.b.metrics.outcome(OutcomeHeld)
-	return result{outcome: OutcomeHeld, err: err, held: e}
+// pause hands e back to the loop unsettled while the loop pauses: no ack, no requeue, so no
+// delivery is spent.
+func (s *session) pause(e *entry, err error) result {
+	s.b.metrics.outcome(OutcomePaused)
+	return result{outcome: OutcomePaused, err: err, paused: e}
 }
 
 // deadLetter publishes the poison envelope with a confirm, then parks the delivery as a dead
@@ -270,15 +271,15 @@ func (s *session) deadLetter(e *entry, pe *PoisonError) result {
 			e.envelopeErr = err.Error()
 		default:
 			b.metrics.deadLetterPublishFailed(b.cfg.DeadLetterQueue)
-			log.Error("dead-letter publish failed; holding the delivery", "outcome", OutcomeHeld, "error", err)
-			return s.hold(e, fmt.Errorf("dead-letter %s message to %s: %w", pe.Kind, b.cfg.DeadLetterQueue, err))
+			log.Error("dead-letter publish failed; pausing with the delivery unacked", "outcome", OutcomePaused, "error", err)
+			return s.pause(e, fmt.Errorf("dead-letter %s message to %s: %w", pe.Kind, b.cfg.DeadLetterQueue, err))
 		}
 		e.deadLettered = true
 	}
 	rep := parkReport(env, pe, b.cfg.Queue, b.cfg.DeadLetterQueue, b.cfg.Decode, e.payloadRef, e.envelopeErr)
 	if held, err := s.park(e, rep, log); held {
-		log.Warn("parked workflow not started; holding the dead-lettered delivery unacked until Temporal answers", "outcome", OutcomeHeld, "error", err)
-		return s.hold(e, fmt.Errorf("park %s message: %w", pe.Kind, err))
+		log.Warn("parked workflow not started; pausing with the dead-lettered delivery unacked until Temporal answers", "outcome", OutcomePaused, "error", err)
+		return s.pause(e, fmt.Errorf("park %s message: %w", pe.Kind, err))
 	} else if err != nil && s.ctx.Err() != nil {
 		return s.stale(d, err)
 	}

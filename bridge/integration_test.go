@@ -308,7 +308,7 @@ func TestIntegrationTemporalDownHoldsWithoutSpendingDeliveries(t *testing.T) {
 	}
 	f.waitCall(10 * time.Second)
 	f.eventually("bridge holding", 10*time.Second, func() bool {
-		return outcomes(f.metrics, OutcomeHeld) >= 1 && !f.bridge.Ready()
+		return outcomes(f.metrics, OutcomePaused) >= 1 && !f.bridge.Ready()
 	})
 
 	// Backoff, not a spin: in 3 s of failures the doubling probe allows only a handful of tries.
@@ -429,7 +429,7 @@ func TestIntegrationDeadLetterPublishFailsHolds(t *testing.T) {
 
 	f.publish(f.ingress, amqp.Publishing{ContentType: "text/plain", Body: []byte("junk")})
 	f.eventually("poison held and bridge holding", 10*time.Second, func() bool {
-		return outcomes(f.metrics, OutcomeHeld) >= 1 && !f.bridge.Ready()
+		return outcomes(f.metrics, OutcomePaused) >= 1 && !f.bridge.Ready()
 	})
 
 	f.stop()

@@ -52,8 +52,8 @@ func (e *entry) dropWaiting(why string) {
 type result struct {
 	outcome string
 	err     error
-	// held is the entry to hold, with outcome OutcomeHeld.
-	held *entry
+	// paused is the entry to keep unsettled while the loop pauses, with outcome OutcomePaused.
+	paused *entry
 	// wait is the entry to report at its due time, with outcome outcomeWaiting.
 	wait *entry
 }
@@ -66,14 +66,14 @@ const outcomeWaiting = "waiting"
 type mode int
 
 const (
-	// running: up to Workers handlers, held entries first, then new deliveries.
+	// running: up to Workers handlers, paused entries first, then new deliveries.
 	running mode = iota
-	// holding: Temporal (or the dead-letter queue) is unavailable; nothing is dispatched,
+	// pausing: Temporal (or the dead-letter queue) is unavailable; nothing is dispatched,
 	// nothing is acked or requeued; a timer starts the next probe. What the broker sends
 	// meanwhile (at most the prefetch) waits unacked in the consumer's buffer.
-	holding
-	// probing: the oldest held entry alone is reported again; its success resumes running,
-	// its failure holds again with a longer backoff.
+	pausing
+	// probing: the oldest paused entry alone is reported again; its success resumes
+	// running, its failure pauses again with a longer backoff.
 	probing
 )
 
@@ -85,8 +85,8 @@ type loop struct {
 	deliveries <-chan amqp.Delivery
 	inflight   int
 	consumed   bool
-	// held are entries waiting for Temporal, oldest first.
-	held []*entry
+	// paused are entries waiting for Temporal, oldest first.
+	paused []*entry
 	// waiting are entries waiting out their first delay, soonest due first; wake fires at the
 	// first one's due time.
 	waiting waitQueue
@@ -94,8 +94,8 @@ type loop struct {
 	// wakes counts the wake-up's firings. A due entry that finds every handler busy must not
 	// set another: a timer already past fires at once, and the loop would spin on it.
 	wakes atomic.Int64
-	// holdDelay is the next wait before a probe; it doubles up to MaxBackoff.
-	holdDelay            time.Duration
+	// probeDelay is the next wait before a probe; it doubles up to MaxBackoff.
+	probeDelay           time.Duration
 	probe                *time.Timer
 	connClosed, chClosed <-chan *amqp.Error
 }
@@ -115,10 +115,10 @@ func (l *loop) run(ctx context.Context) error {
 		return err
 	}
 	for {
-		l.dispatchHeld()
+		l.dispatchPaused()
 		l.dispatchDue()
 		var take <-chan amqp.Delivery
-		if l.mode == running && len(l.held) == 0 && l.inflight < b.cfg.Workers {
+		if l.mode == running && len(l.paused) == 0 && l.inflight < b.cfg.Workers {
 			take = l.deliveries
 		}
 		var probe, wake <-chan time.Time
@@ -150,29 +150,29 @@ func (l *loop) run(ctx context.Context) error {
 		case <-probe:
 			l.probe = nil
 			l.mode = probing
-			b.log.Info("probing: reporting the oldest held delivery again", "held", len(l.held))
+			b.log.Info("probing: reporting the oldest held delivery again", "held", len(l.paused))
 		}
 	}
 }
 
-// dispatchHeld hands held entries to handlers: all of them (as workers allow) while
+// dispatchPaused hands held entries to handlers: all of them (as workers allow) while
 // running, the oldest alone while probing.
-func (l *loop) dispatchHeld() {
+func (l *loop) dispatchPaused() {
 	switch l.mode {
 	case running:
-		for len(l.held) > 0 && l.inflight < l.s.b.cfg.Workers {
-			e := l.held[0]
-			l.held = l.held[1:]
+		for len(l.paused) > 0 && l.inflight < l.s.b.cfg.Workers {
+			e := l.paused[0]
+			l.paused = l.paused[1:]
 			l.dispatch(e)
 		}
 	case probing:
-		if len(l.held) == 0 {
+		if len(l.paused) == 0 {
 			l.resume()
 			return
 		}
 		if l.inflight == 0 {
-			e := l.held[0]
-			l.held = l.held[1:]
+			e := l.paused[0]
+			l.paused = l.paused[1:]
 			l.dispatch(e)
 		}
 	}
@@ -215,27 +215,27 @@ func (l *loop) onResult(r result) {
 			l.wake.Stop()
 			l.wake = nil
 		}
-	case OutcomeHeld:
-		l.held = append(l.held, r.held)
-		if l.mode == holding {
+	case OutcomePaused:
+		l.paused = append(l.paused, r.paused)
+		if l.mode == pausing {
 			return
 		}
 		if l.mode == running {
-			b.log.Warn("holding deliveries: Temporal or the dead-letter queue is unavailable; nothing is acked or requeued until a probe succeeds",
+			b.log.Warn("pausing deliveries: Temporal or the dead-letter queue is unavailable; nothing is acked or requeued until a probe succeeds",
 				"error", r.err)
 		}
 		b.ready.Store(false)
-		l.mode = holding
-		wait := jitter(l.holdDelay)
+		l.mode = pausing
+		wait := jitter(l.probeDelay)
 		l.probe = time.NewTimer(wait)
-		b.log.Info("next probe", "in_ms", wait.Milliseconds(), "held", len(l.held), "error", r.err)
-		l.holdDelay = min(2*l.holdDelay, MaxBackoff)
+		b.log.Info("next probe", "in_ms", wait.Milliseconds(), "held", len(l.paused), "error", r.err)
+		l.probeDelay = min(2*l.probeDelay, MaxBackoff)
 	case OutcomeAccepted, OutcomePoison, OutcomeOversize:
 		if l.mode == probing {
 			l.resume()
 		}
 		if l.mode == running {
-			l.holdDelay = b.cfg.ReconnectDelay
+			l.probeDelay = b.cfg.ReconnectDelay
 		}
 	}
 }
@@ -244,9 +244,9 @@ func (l *loop) onResult(r result) {
 func (l *loop) resume() {
 	b := l.s.b
 	l.mode = running
-	l.holdDelay = b.cfg.ReconnectDelay
+	l.probeDelay = b.cfg.ReconnectDelay
 	b.ready.Store(true)
-	b.log.Info("resumed consumption", "held", len(l.held))
+	b.log.Info("resumed consumption", "held", len(l.paused))
 }
 
 func (l *loop) consume() error {
@@ -268,14 +268,14 @@ func (l *loop) consume() error {
 func (l *loop) lost(err error) error {
 	l.s.b.ready.Store(false)
 	l.s.retire()
-	for range l.held {
+	for range l.paused {
 		l.s.b.metrics.outcome(OutcomeDroppedStale)
 	}
 	for _, e := range l.waiting {
 		l.s.b.metrics.outcome(OutcomeDroppedStale)
 		e.dropWaiting(OutcomeDroppedStale)
 	}
-	l.held, l.waiting = nil, nil
+	l.paused, l.waiting = nil, nil
 	return err
 }
 
@@ -301,8 +301,8 @@ func (l *loop) shutdown() error {
 			s.requeue(d)
 		case r := <-s.results:
 			l.inflight--
-			if r.held != nil {
-				l.held = append(l.held, r.held)
+			if r.paused != nil {
+				l.paused = append(l.paused, r.paused)
 			}
 			if r.wait != nil {
 				l.waiting.push(r.wait)
@@ -315,14 +315,14 @@ func (l *loop) shutdown() error {
 			return l.lost(fmt.Errorf("shutdown: channel closed: %v", e))
 		}
 	}
-	for _, e := range l.held {
+	for _, e := range l.paused {
 		s.requeue(e.d)
 	}
 	for _, e := range l.waiting {
 		s.requeue(e.d)
 		e.dropWaiting("requeued at shutdown")
 	}
-	l.held, l.waiting = nil, nil
+	l.paused, l.waiting = nil, nil
 	return s.rpc("close channel", s.ch.Close)
 }
 

@@ -134,8 +134,8 @@ func (r *gateReporter) failFirst(n int, err error) {
 // temporalDown is what a report returns while Temporal is unavailable.
 var temporalDown = Unavailable(errors.New("temporal down"))
 
-// awaitHolding waits until the loop holds (it reports not ready), having had a report fail.
-func awaitHolding(t *testing.T, r *loopRun) {
+// awaitPaused waits until the loop holds (it reports not ready), having had a report fail.
+func awaitPaused(t *testing.T, r *loopRun) {
 	t.Helper()
 	require.Eventually(t, func() bool { return !r.b.Ready() }, 5*time.Second, time.Millisecond)
 }
@@ -175,7 +175,7 @@ func startLoop(t *testing.T, cfg Config, reporter Reporter, ch *fakeChannel) *lo
 	s := &session{b: b, ch: ch, gen: 1, results: make(chan result, b.cfg.Workers)}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	r := &loopRun{b: b, ch: ch, m: m, connClosed: make(chan *amqp.Error, 1), chClosed: make(chan *amqp.Error, 1), done: make(chan error, 1)}
-	r.l = &loop{s: s, mode: running, holdDelay: b.cfg.ReconnectDelay, connClosed: r.connClosed, chClosed: r.chClosed}
+	r.l = &loop{s: s, mode: running, probeDelay: b.cfg.ReconnectDelay, connClosed: r.connClosed, chClosed: r.chClosed}
 	ctx, cancel := context.WithCancel(context.Background())
 	r.cancel = cancel
 	go func() { r.done <- r.l.run(ctx) }()
@@ -273,12 +273,12 @@ func TestLoopLostDropsHeldDeliveriesAsStale(t *testing.T) {
 	settled := make(settleSignal, 1)
 	r.ch.deliveries <- delivery(t, "m-1", settled)
 	next(t, rep.entered, "report")
-	awaitHolding(t, r)
+	awaitPaused(t, r)
 
 	r.chClosed <- &amqp.Error{Code: 504, Reason: "CHANNEL_ERROR"}
 
 	require.ErrorContains(t, r.wait(t), "channel closed")
-	assert.Equal(t, 1.0, outcomes(r.m, OutcomeHeld))
+	assert.Equal(t, 1.0, outcomes(r.m, OutcomePaused))
 	assert.Equal(t, 1.0, outcomes(r.m, OutcomeDroppedStale))
 	assert.Empty(t, settled, "a held delivery of a lost channel is left to the broker")
 }
@@ -331,7 +331,7 @@ func TestLoopShutdownRequeuesHeldDeliveries(t *testing.T) {
 	settled := make(settleSignal, 1)
 	r.ch.deliveries <- delivery(t, "m-1", settled)
 	next(t, rep.entered, "report")
-	awaitHolding(t, r)
+	awaitPaused(t, r)
 
 	r.cancel()
 
@@ -359,17 +359,17 @@ func TestLoopHoldsThenProbesThenResumes(t *testing.T) {
 	r.ch.deliveries <- delivery(t, "m-2", again)
 	assert.Equal(t, "ack", next(t, again, "settlement of m-2"))
 	assert.True(t, r.b.Ready())
-	assert.Equal(t, 2.0, outcomes(r.m, OutcomeHeld))
-	assert.Equal(t, r.b.cfg.ReconnectDelay, readHoldDelay(t, r), "a success resets the backoff")
+	assert.Equal(t, 2.0, outcomes(r.m, OutcomePaused))
+	assert.Equal(t, r.b.cfg.ReconnectDelay, readProbeDelay(t, r), "a success resets the backoff")
 }
 
-// readHoldDelay reads the loop's backoff once the loop is idle (its channel closed), since
+// readProbeDelay reads the loop's backoff once the loop is idle (its channel closed), since
 // the loop goroutine owns it.
-func readHoldDelay(t *testing.T, r *loopRun) time.Duration {
+func readProbeDelay(t *testing.T, r *loopRun) time.Duration {
 	t.Helper()
 	r.chClosed <- &amqp.Error{Code: 320, Reason: "test"}
 	require.Error(t, r.wait(t))
-	return r.l.holdDelay
+	return r.l.probeDelay
 }
 
 func TestLoopHoldsWhileTemporalIsDown(t *testing.T) {
@@ -379,19 +379,19 @@ func TestLoopHoldsWhileTemporalIsDown(t *testing.T) {
 	settled, later := make(settleSignal, 1), make(settleSignal, 1)
 	r.ch.deliveries <- delivery(t, "m-1", settled)
 	next(t, rep.entered, "report")
-	awaitHolding(t, r)
+	awaitPaused(t, r)
 	r.ch.deliveries <- delivery(t, "m-2", later)
 
 	// Holding: the probe is seconds away, and nothing more is taken or settled. Ending the
 	// loop (its channel lost) lets the test read its state.
 	r.chClosed <- &amqp.Error{Code: 320, Reason: "test"}
 	require.Error(t, r.wait(t))
-	assert.Empty(t, rep.entered, "no delivery is reported while holding")
+	assert.Empty(t, rep.entered, "no delivery is reported while pausing")
 	assert.Empty(t, settled)
 	assert.Empty(t, later)
 	assert.Len(t, r.ch.deliveries, 1, "m-2 stays in the consumer's buffer")
-	assert.Equal(t, holding, r.l.mode)
-	assert.Equal(t, 8*time.Second, r.l.holdDelay, "the next hold waits twice as long")
+	assert.Equal(t, pausing, r.l.mode)
+	assert.Equal(t, 8*time.Second, r.l.probeDelay, "the next hold waits twice as long")
 }
 
 // TestLoopDueEntryWithEveryHandlerBusyDoesNotSpin guards the loop against spinning on a

@@ -18,10 +18,11 @@ const (
 	// OutcomePoison and OutcomeOversize: dead-lettered with a confirm, then acked.
 	OutcomePoison   = "poison"
 	OutcomeOversize = "oversize"
-	// OutcomeHeld: Temporal or the dead-letter queue was unavailable; the delivery is held
-	// unacked (not requeued, which would spend a quorum queue's delivery) and tried again
-	// after a probe. Counted each time it is held.
-	OutcomeHeld = "held"
+	// OutcomePaused: Temporal or the dead-letter queue was unavailable; the bridge pauses and
+	// keeps the delivery unacked (not requeued, which would spend a quorum queue's delivery)
+	// until a probe succeeds. Counted each time. Its label value stays "held", which
+	// dashboards and alerts already read.
+	OutcomePaused = "held"
 	// OutcomeRequeued: nacked with requeue (the bridge stopping); the broker delivers it again.
 	OutcomeRequeued = "requeued"
 	// OutcomeDroppedStale: its channel was gone when the outcome was known, so it was neither
@@ -70,7 +71,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		m.scheduled = promreg.Register(reg, m.scheduled)
 		m.consuming = promreg.Register(reg, m.consuming)
 	}
-	for _, o := range []string{OutcomeAccepted, OutcomePoison, OutcomeOversize, OutcomeHeld, OutcomeRequeued, OutcomeDroppedStale} {
+	for _, o := range []string{OutcomeAccepted, OutcomePoison, OutcomeOversize, OutcomePaused, OutcomeRequeued, OutcomeDroppedStale} {
 		m.deliveries.WithLabelValues(o)
 	}
 	return m

@@ -74,7 +74,7 @@ func (b *Bridge) session(ctx context.Context) (consumed bool, err error) {
 	s.gen = b.gen
 	b.genMu.Unlock()
 
-	l := &loop{s: s, mode: running, holdDelay: b.cfg.ReconnectDelay, connClosed: connClosed, chClosed: chClosed}
+	l := &loop{s: s, mode: running, probeDelay: b.cfg.ReconnectDelay, connClosed: connClosed, chClosed: chClosed}
 	err = l.run(ctx)
 	return l.consumed, err
 }
