@@ -49,15 +49,17 @@ func TestEditAndReplayADeadLetter(t *testing.T) {
 	id := s.deadLetters(q, "bad-schema")[0]
 
 	// Refused as ingress refuses a report: nothing is published.
-	out := api.must(400, opToken, "POST", msgPath(id)+"/retry", map[string]any{"headers": map[string]any{"x-retry-count": 0}})
+	out := api.must(400, adminToken, "POST", msgPath(id)+"/retry", map[string]any{"headers": map[string]any{"x-retry-count": 0}})
 	assert.Contains(t, out["error"], `header "x-retry-count" is the scheduler's or the broker's own`)
-	out = api.must(400, opToken, "POST", msgPath(id)+"/retry", map[string]any{"payload": strings.Repeat("x", 65537)})
+	out = api.must(400, adminToken, "POST", msgPath(id)+"/retry", map[string]any{"payload": strings.Repeat("x", 65537)})
 	assert.Contains(t, out["error"], "over the 65536-byte limit (MAX_MESSAGE_BYTES)")
-	api.must(400, opToken, "POST", msgPath(id)+"/retry", map[string]any{"payload_base64": "not base64!"})
+	api.must(400, adminToken, "POST", msgPath(id)+"/retry", map[string]any{"payload_base64": "not base64!"})
 	api.must(403, viewerToken, "POST", msgPath(id)+"/retry", map[string]any{"payload": "x"})
+	out = api.must(403, opToken, "POST", msgPath(id)+"/retry", map[string]any{"payload": "x"})
+	assert.Contains(t, out["error"], "needs the admin role")
 	s.untouched(id)
 
-	out = api.must(200, opToken, "POST", msgPath(id)+"/retry", map[string]any{
+	out = api.must(200, adminToken, "POST", msgPath(id)+"/retry", map[string]any{
 		"payload": `{"order":42,"schema":2}`, "headers": map[string]any{"x-schema": "v2", "x-attempt-note": 7},
 		"reason": "producer sent schema 1 by mistake"})
 	assert.Equal(t, "edit-retry", out["action"])
@@ -104,14 +106,16 @@ func TestReplayToAnotherDestination(t *testing.T) {
 		{map[string]string{"queue": s.dlq}, "is the scheduler's own"},
 		{map[string]string{"exchange": "amq.direct", "routing_key": other}, "amq.* exchanges are not destinations"},
 	} {
-		out := api.must(403, opToken, "POST", msgPath(id)+"/retry", map[string]any{"destination": bad.dest})
+		out := api.must(403, adminToken, "POST", msgPath(id)+"/retry", map[string]any{"destination": bad.dest})
 		assert.Contains(t, out["error"], "destination not allowed: ")
 		assert.Contains(t, out["error"], bad.want)
 	}
-	api.must(400, opToken, "POST", msgPath(id)+"/retry", map[string]any{"destination": map[string]string{"exchange": "orders-x"}})
+	api.must(400, adminToken, "POST", msgPath(id)+"/retry", map[string]any{"destination": map[string]string{"exchange": "orders-x"}})
 	s.untouched(id)
 
-	out := api.must(200, opToken, "POST", msgPath(id)+"/retry?wait=20s", map[string]any{
+	api.must(403, opToken, "POST", msgPath(id)+"/retry", map[string]any{"destination": map[string]string{"queue": other}})
+	s.untouched(id)
+	out := api.must(200, adminToken, "POST", msgPath(id)+"/retry?wait=20s", map[string]any{
 		"destination": map[string]string{"queue": other}, "reason": "v1 consumer retired"})
 	assert.Equal(t, "delivered", out["outcome"].(map[string]any)["result"], "%v", out)
 	d := cOther.next(t, 5*time.Second)
@@ -199,7 +203,7 @@ func TestOpsBrowserEditAndSnooze(t *testing.T) {
 	p.do(
 		chromedp.Navigate(api.base+"/"),
 		chromedp.WaitVisible(chromedp.CSS("#token-input")),
-		chromedp.SendKeys(chromedp.CSS("#token-input"), opToken),
+		chromedp.SendKeys(chromedp.CSS("#token-input"), adminToken),
 		chromedp.Click(chromedp.CSS("#sign-in")),
 		chromedp.WaitVisible(chromedp.CSS("#dl-table")),
 	)

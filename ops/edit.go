@@ -86,6 +86,11 @@ func (a *API) readRetry(w http.ResponseWriter, r *http.Request) (req RetryReques
 // short strings) and returns it as the workflow's EditRetry, by p.
 func (a *API) editOf(p Principal, req RetryRequest) (workflows.EditRetry, error) {
 	e := workflows.EditRetry{OperatorAction: workflows.OperatorAction{Actor: p.Name, Reason: req.Reason}}
+	if p.Role < RoleAdmin {
+		// An edit writes what producers never sent to where they never named: the admins',
+		// as purging is. A plain retry stays the operators'.
+		return e, errorf(http.StatusForbidden, "editing a message's payload, headers or destination before its retry needs the admin role (%s is %s)", p.Name, p.Role)
+	}
 	switch {
 	case req.Payload != nil && req.PayloadBase64 != nil:
 		return e, badf("payload and payload_base64 are both set: send one")

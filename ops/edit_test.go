@@ -79,19 +79,20 @@ func TestEditRetryRefusals(t *testing.T) {
 		contains          string
 	}{
 		{"v", deadPath, `{"payload":"x"}`, 403, "needs operator"},
-		{"o", deadPath, `{"payload":"x","payload_base64":"eA=="}`, 400, "both set"},
-		{"o", deadPath, `{"payload_base64":"%%%"}`, 400, "not standard base64"},
-		{"o", deadPath, `{"payload":"` + strings.Repeat("x", 17) + `"}`, 400, "17 bytes, over the 16-byte limit"},
-		{"o", deadPath, `{"headers":[1]}`, 400, "not a JSON object"},
-		{"o", deadPath, `{"headers":{"x-death":[]}}`, 400, `header "x-death" is the scheduler's or the broker's own`},
-		{"o", deadPath, `{"headers":{"CC":"other"}}`, 400, `header "CC"`},
-		{"o", deadPath, `{"destination":{}}`, 400, "neither a queue nor an exchange"},
-		{"o", deadPath, `{"destination":{"exchange":"orders.x"}}`, 400, "routing_key is empty"},
-		{"o", deadPath, `{"destination":{"queue":"` + strings.Repeat("q", 256) + `"}}`, 400, "short-string limit"},
-		{"o", deadPath, `{"destination":{"queue":"retry.scheduled"}}`, 403, `destination not allowed: queue "retry.scheduled" is the scheduler's own ingress queue`},
-		{"o", deadPath, `{"destination":{"queue":"billing"}}`, 403, `queue "billing" matches no pattern in destinations.queues`},
-		{"o", deadPath, `{"destination":{"exchange":"amq.topic","routing_key":"orders"}}`, 403, `exchange "amq.topic"`},
-		{"o", deadPath, `{"destination":{"surprise":1}}`, 400, "unknown field"},
+		{"o", deadPath, `{"payload":"x"}`, 403, "needs the admin role (o is operator)"},
+		{"a", deadPath, `{"payload":"x","payload_base64":"eA=="}`, 400, "both set"},
+		{"a", deadPath, `{"payload_base64":"%%%"}`, 400, "not standard base64"},
+		{"a", deadPath, `{"payload":"` + strings.Repeat("x", 17) + `"}`, 400, "17 bytes, over the 16-byte limit"},
+		{"a", deadPath, `{"headers":[1]}`, 400, "not a JSON object"},
+		{"a", deadPath, `{"headers":{"x-death":[]}}`, 400, `header "x-death" is the scheduler's or the broker's own`},
+		{"a", deadPath, `{"headers":{"CC":"other"}}`, 400, `header "CC"`},
+		{"a", deadPath, `{"destination":{}}`, 400, "neither a queue nor an exchange"},
+		{"a", deadPath, `{"destination":{"exchange":"orders.x"}}`, 400, "routing_key is empty"},
+		{"a", deadPath, `{"destination":{"queue":"` + strings.Repeat("q", 256) + `"}}`, 400, "short-string limit"},
+		{"a", deadPath, `{"destination":{"queue":"retry.scheduled"}}`, 403, `destination not allowed: queue "retry.scheduled" is the scheduler's own ingress queue`},
+		{"a", deadPath, `{"destination":{"queue":"billing"}}`, 403, `queue "billing" matches no pattern in destinations.queues`},
+		{"a", deadPath, `{"destination":{"exchange":"amq.topic","routing_key":"orders"}}`, 403, `exchange "amq.topic"`},
+		{"a", deadPath, `{"destination":{"surprise":1}}`, 400, "unknown field"},
 	} {
 		code, out := h.do(tt.token, "POST", tt.path, tt.body)
 		assert.Equal(t, tt.status, code, "%s: %v", tt.body, out)
@@ -103,12 +104,12 @@ func TestEditRetryRefusals(t *testing.T) {
 
 func TestEditRetrySendsTheEdit(t *testing.T) {
 	h := editHarness(t)
-	code, out := h.do("o", "POST", deadPath, `{"payload_base64":"AAEC","headers":{"x-n":7,"x-s":"v"},"destination":{"exchange":"orders.x","routing_key":"eu"},"reason":"fix"}`)
+	code, out := h.do("a", "POST", deadPath, `{"payload_base64":"AAEC","headers":{"x-n":7,"x-s":"v"},"destination":{"exchange":"orders.x","routing_key":"eu"},"reason":"fix"}`)
 	require.Equal(t, 200, code, "%v", out)
 	assert.Equal(t, "edit-retry", out["action"])
 	require.Len(t, h.fake.itemUpdates, 1)
 	e := h.fake.itemUpdates[0].(workflows.EditRetry)
-	assert.Equal(t, "o", e.Actor)
+	assert.Equal(t, "a", e.Actor)
 	assert.Equal(t, "fix", e.Reason)
 	assert.True(t, e.ReplacePayload)
 	assert.Equal(t, []byte{0, 1, 2}, e.Payload)

@@ -197,14 +197,15 @@ function render(t, data) {
         if (it.status === 'scheduled' || it.status === 'held') {
           actions.appendChild(button('Retry now', () => rowAction(it.id, 'retry')));
           actions.appendChild(button('Skip', () => rowAction(it.id, 'skip', 'Skip retry and move to Dead Letter Queue?')));
-          actions.appendChild(classed(button('Edit & retry', () => openEdit(it.id)), 'edit-retry'));
+          if (me.role === 'admin') actions.appendChild(classed(button('Edit & retry', () => openEdit(it.id)), 'edit-retry'));
         }
         if (it.status === 'scheduled') actions.appendChild(classed(button('Snooze', () => openSnooze(it.id)), 'snooze'));
       } else {
         actions.appendChild(button('Retry', () => rowAction(it.id, 'retry')));
         actions.appendChild(button('Resolve', () => rowAction(it.id, 'resolve', 'Mark this entry resolved?')));
         actions.appendChild(button('Delete', () => rowAction(it.id, 'discard', 'Permanently delete this entry?')));
-        actions.appendChild(classed(button('Edit & retry', () => openEdit(it.id)), 'edit-retry'));
+        // Editing before a retry is the admins' (the API refuses it to operators).
+        if (me.role === 'admin') actions.appendChild(classed(button('Edit & retry', () => openEdit(it.id)), 'edit-retry'));
         actions.appendChild(classed(button('Snooze', () => openSnooze(it.id)), 'snooze'));
       }
     }
