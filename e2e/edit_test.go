@@ -76,7 +76,7 @@ func TestEditAndReplayADeadLetter(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, st.Edits, 1)
 	e := st.Edits[0]
-	assert.Equal(t, "op", e.Actor)
+	assert.Equal(t, "admin", e.Actor)
 	assert.Equal(t, "producer sent schema 1 by mistake", e.Reason)
 	require.NotNil(t, e.PayloadBefore)
 	assert.Equal(t, len("p-bad-schema"), e.PayloadBefore.Size)
