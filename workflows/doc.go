@@ -7,7 +7,8 @@
 // named for the run's lifecycle:
 //
 //   - retry.go: RetryWorkflow, the run's type and setup, the loop (step), search attributes;
-//   - retry_start.go: the first report, a delayed or held start, an earlier run's attempts;
+//   - retry_start.go: the first report, a delayed start or one the bridge deferred, an
+//     earlier run's attempts;
 //   - retry_wait.go: the wait for the scheduled retry, the republish, the quiet window;
 //   - held.go: a retry held by its destination's breaker, and its release;
 //   - retry_reports.go: taking a failure report and the policy's decision on it;
@@ -19,6 +20,7 @@
 //
 // The rest: state.go (Input, Result, State), names.go, searchattributes.go and metrics.go
 // (what other packages read), startplan.go (a new run's first delay, for the bridge),
+// jitter.go (the key a retry's jitter is drawn from),
 // breaker.go and breakertypes.go (BreakerWorkflow), revision.go (the code's revisions and
 // every workflow.GetVersion change id, in one table).
 //

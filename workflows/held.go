@@ -8,13 +8,6 @@ import (
 	"github.com/retry-scheduler/retry-scheduler/policy"
 )
 
-// takesDeferredStart says whether this run takes its held first report as held. Asked once, at
-// the start of the run's first task, before anything else is decided.
-func (r *retryRun) takesDeferredStart() bool {
-	return r.includes(changeDeferredStart) ||
-		workflow.GetVersion(r.ctx, changeDeferredStart, workflow.DefaultVersion, 1) != workflow.DefaultVersion
-}
-
 // heldRecheck is how often a held retry asks its destination's breaker again, in case the
 // release signal was missed (the breaker lists held retries through visibility, which lags).
 const heldRecheck = time.Minute

@@ -112,3 +112,10 @@ func DelayedState(id string, rep message.FailureReport, startedAt time.Time) Sta
 	s.record(rep, startedAt, currentRules)
 	return s
 }
+
+// takesDeferredStart says whether this run takes the first report the bridge deferred as due. Asked once, at
+// the start of the run's first task, before anything else is decided.
+func (r *retryRun) takesDeferredStart() bool {
+	return r.includes(changeDeferredStart) ||
+		workflow.GetVersion(r.ctx, changeDeferredStart, workflow.DefaultVersion, 1) != workflow.DefaultVersion
+}
