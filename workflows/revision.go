@@ -13,8 +13,12 @@ import "slices"
 // search-attribute writes against the replay's commands).
 //
 // A change joins a revision only once every worker that can pick up new runs has its gate:
-// a run started at a revision must not be run by code that lacks the change.
-const CurrentRevision = 1
+// a run started at a revision must not be run by code that lacks the change. One kind of
+// change may join in the release that brings it: one that changes only the values of a
+// search-attribute upsert the old code also makes (the SDK does not match an upsert's values
+// against the replay's commands). A run an older worker picks up then lacks those values,
+// as a run from before the change does, and replays either way.
+const CurrentRevision = 2
 
 // The change ids of every workflow.GetVersion gate in the package, one place to see what
 // runs in flight may still do the old way. Each says what the old branch did. A change id is
@@ -59,6 +63,9 @@ const (
 // revisionChanges lists, for each revision, the gated changes it takes without GetVersion.
 var revisionChanges = [][]string{
 	1: {changePriorAttempts, changeUnknownCapPerPolicy, changeRetryOpensWindow, changeReportsWithQuietTimer, changeBreakerHoldsRetries},
+	// changeFindingAttributes joins in its own release (upsert values only, see
+	// CurrentRevision): without it every new run recorded a marker and a visibility write.
+	2: {changeKeylessReportCounts, changeDeferredStart, changeArchiveOnExpiry, changeFindingAttributes},
 }
 
 // includes reports whether this run's revision includes the gated change: its new branch is
