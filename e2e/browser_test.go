@@ -122,14 +122,20 @@ func (p *pageDriver) clickNow(what, sel string) {
 // button between tries (the page also refreshes itself, but only every 10 s).
 func (p *pageDriver) until(what, expr string) {
 	p.t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
+	p.untilWithin(what, expr, 30*time.Second)
+}
+
+// untilWithin is until with its own limit.
+func (p *pageDriver) untilWithin(what, expr string, limit time.Duration) {
+	p.t.Helper()
+	deadline := time.Now().Add(limit)
 	for {
 		ok, err := p.eval(expr)
 		if err == nil && ok {
 			return
 		}
 		if time.Now().After(deadline) {
-			p.t.Fatalf("page: %s not seen within 30s (last error %v; progress line %q)", what, err, p.text("#progress"))
+			p.t.Fatalf("page: %s not seen within %s (last error %v; progress line %q)", what, limit, err, p.text("#progress"))
 		}
 		ctx, cancel := context.WithTimeout(p.ctx, 10*time.Second)
 		_ = chromedp.Do(ctx, chromedp.Click(chromedp.CSS("#refresh")))

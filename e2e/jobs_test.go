@@ -246,7 +246,10 @@ func followInBrowser(t *testing.T, base, id string) string {
 	row := fmt.Sprintf(`#jobs-table tr[data-id=%q]`, id)
 	p.until("the job in the jobs list", fmt.Sprintf(`!!document.querySelector(%q)`, row+" button"))
 	p.do(chromedp.Click(chromedp.CSS(row + " button")))
-	p.until("the progress bar moving", `(() => { const b = document.querySelector("#job-bar"); return !document.querySelector("#job").hidden && b.value > 0 && b.max > 1; })()`)
+	// The page reads the job every second, each read a query of the job's workflow, which
+	// waits for the workflow's task in flight: on PostgreSQL under load one read took over
+	// 30 s, so the bar is given longer than other page waits.
+	p.untilWithin("the progress bar moving", `(() => { const b = document.querySelector("#job-bar"); return !document.querySelector("#job").hidden && b.value > 0 && b.max > 1; })()`, 2*time.Minute)
 	assert.Equal(t, id, p.text("#job-id"))
 	assert.Contains(t, p.text("#progress"), "Replay: ")
 	assert.True(t, mustEval(p, `!document.querySelector("#job-cancel").hidden`), "no cancel button on a running job")

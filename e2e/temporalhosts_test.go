@@ -1,0 +1,97 @@
+//go:build integration && temporalhosts
+
+package e2e
+
+import (
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/stretchr/testify/require"
+
+	"github.com/retry-scheduler/retry-scheduler/internal/devserver"
+	"github.com/retry-scheduler/retry-scheduler/message"
+)
+
+// On Temporal run as two hosts (two server processes, each with all four services, on one
+// PostgreSQL, PostgresHistoryShards shards in one membership ring), the host the service
+// does not dial is SIGKILLed while messages flow: its shards move to the host left, and
+// every message still reaches its destination, duplicates only with the same x-retry-key.
+// The service dials the first host's frontend; a deployment puts a load balancer in front of
+// every frontend, so that losing the dialled one is a reconnect.
+func TestTemporalHostLossUnderLoad(t *testing.T) {
+	hosts := devserver.StartHostsForTest(t, 2)
+	started := time.Now()
+	s := newStackOn(t, hosts[0])
+	s.run("all")
+	orders := s.queue(s.prefix+".orders", nil)
+	var mu sync.Mutex
+	var arrivals []time.Time
+	c := s.consume(orders, func(d amqp.Delivery) {
+		mu.Lock()
+		arrivals = append(arrivals, time.Now())
+		mu.Unlock()
+		_ = d.Ack(false)
+	})
+
+	const n = 200
+	third := make(chan struct{})
+	published := make(chan error, 1)
+	go func() {
+		for i := range n {
+			if i == n/3 {
+				close(third)
+			}
+			m := message.RetryMessage{MessageID: fmt.Sprintf("h-%d", i), OriginalPayload: []byte(fmt.Sprint(i)), OriginalQueue: orders, ErrorReason: "503"}
+			if err := sendRetryUntil(s, m, time.Now().Add(2*time.Minute)); err != nil {
+				published <- err
+				return
+			}
+		}
+		published <- nil
+	}()
+	<-third
+	require.NoError(t, hosts[1].Kill())
+	killedAt := time.Now()
+	t.Logf("killed the second Temporal host (pid %d) after %d of %d publishes began", hosts[1].Pid(), n/3, n)
+	require.NoError(t, <-published)
+
+	keys := map[string]map[string]bool{}
+	// The longest time no message arrived, after the kill: the shards' move as the service
+	// sees it.
+	var longestGap time.Duration
+	eventually(t, 6*time.Minute, func() error {
+		clear(keys)
+		last := killedAt
+		for _, d := range c.all() {
+			if keys[d.MessageId] == nil {
+				keys[d.MessageId] = map[string]bool{}
+			}
+			k, _ := d.Headers["x-retry-key"].(string)
+			keys[d.MessageId][k] = true
+		}
+		mu.Lock()
+		for _, at := range arrivals {
+			if at.After(killedAt) {
+				longestGap = max(longestGap, at.Sub(last))
+				last = at
+			}
+		}
+		mu.Unlock()
+		if len(keys) < n {
+			return fmt.Errorf("%d of %d republished", len(keys), n)
+		}
+		return nil
+	})
+	settled := time.Since(killedAt)
+	for id, ks := range keys {
+		require.Len(t, ks, 1, "message %s arrived with different keys: %v", id, ks)
+		require.True(t, ks[id+":1"], "message %s key", id)
+	}
+	require.True(t, httpOK("http://"+s.cfg.HTTPAddr+"/readyz"), "service ready after the host's loss")
+	t.Logf("%d messages on two Temporal hosts, one SIGKILLed mid-run: 0 lost, %d duplicates (same key); all republished %s after the kill, "+
+		"longest time without an arrival after it %s; %s after the hosts were up",
+		n, len(c.all())-n, settled.Round(100*time.Millisecond), longestGap.Round(100*time.Millisecond), time.Since(started).Round(100*time.Millisecond))
+}
