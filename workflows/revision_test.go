@@ -20,12 +20,6 @@ func (s *retrySuite) askedVersions() *[]string {
 	return &asked
 }
 
-// distinct is the change ids of asked, each once, sorted: the SDK answers a change id asked
-// again from its first answer.
-func distinct(asked []string) []string {
-	return slices.Compact(slices.Sorted(slices.Values(asked)))
-}
-
 func (s *retrySuite) startAt(rev int, first message.FailureReport) {
 	s.env.ExecuteWorkflow(RetryWorkflowName, Input{Report: &first, Retention: time.Hour, Revision: rev})
 }
