@@ -40,7 +40,7 @@ FUZZ_LONG_TIME ?= 2m
 COVERAGE_GATES_FILE ?= internal/testreport/coverage-gates.txt
 COVERAGE_GATES ?=
 # Passed to the integration tier's go test, and to test-e2e-postgres's.
-INTEGRATION_TIMEOUT ?= 30m
+INTEGRATION_TIMEOUT ?= 40m
 E2E_TIMEOUT ?= 35m
 # e2e tests the PostgreSQL pass leaves to the dev-server pass: what they check does not depend
 # on the engine (the SDK's fatal-error grace alone takes three minutes; a RabbitMQ node lost
