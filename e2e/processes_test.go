@@ -91,8 +91,7 @@ func TestBreakerOutageAcrossProcesses(t *testing.T) {
 	}
 	q := s.queue(s.prefix+".outage-orders", nil)
 	dead := s.consume(s.dlq, nil)
-	dst, ids, start, recovered := s.outage(q)
-	s.checkOutageHeld(t, "3 processes", q, dst, dead, ids, start, recovered)
+	s.checkOutageHeld(t, "3 processes", q, dead, s.outage(q))
 }
 
 // TestBreakerOutageAcrossProcessesWithKills is that scenario with one process killed
@@ -108,7 +107,8 @@ func TestBreakerOutageAcrossProcessesWithKills(t *testing.T) {
 	}
 	q := s.queue(s.prefix+".outage-orders", nil)
 	dead := s.consume(s.dlq, nil)
-	dst, ids, start, recovered := s.outage(q)
+	r := s.outage(q)
+	start, recovered := r.start, r.recovered
 
 	// First kill: a third into the outage, while the processes' counts and gates are in
 	// play (the scenario's clock: the breaker is not queried during the outage, as in the
@@ -124,5 +124,5 @@ func TestBreakerOutageAcrossProcessesWithKills(t *testing.T) {
 	t.Logf("killed %s at +%s, the destination recovered", procs[1].name, time.Since(start).Round(100*time.Millisecond))
 	procs[1] = s.startProcess(t, bin, "all", "process 5")
 
-	s.checkOutageHeld(t, "3 processes, 2 killed", q, dst, dead, ids, start, recovered)
+	s.checkOutageHeld(t, "3 processes, 2 killed", q, dead, r)
 }

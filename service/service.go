@@ -366,11 +366,23 @@ func (p *process) serveHTTP(auth *ops.Auth) error {
 			t := time.NewTimer(time.Until(at.Add(fatalLinger)))
 			<-t.C
 		}
-		shutdownCtx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
-		defer cancel()
-		return srv.Shutdown(shutdownCtx)
+		return shutdownHTTP(srv, shutdownTimeout, p.logger)
 	})
 	return nil
+}
+
+// shutdownHTTP stops srv, letting requests in flight finish for up to wait. A
+// request still running then (a query waiting on a loaded Temporal) is cut: the process
+// stops as asked, which is not its failure, so this is logged and not returned.
+func shutdownHTTP(srv *http.Server, wait time.Duration, logger *slog.Logger) error {
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	err := srv.Shutdown(ctx)
+	if errors.Is(err, context.DeadlineExceeded) {
+		logger.Warn("http requests still in flight at shutdown were cut", "component", "http", "waited", wait)
+		return srv.Close()
+	}
+	return err
 }
 
 // startGate starts the worker's breaker gate in g after a first refresh, so that a worker
