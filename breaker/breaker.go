@@ -6,7 +6,8 @@
 //     memory and reports them to the destination's breaker once per flush interval, one
 //     signal per destination with something to report: no Temporal call per message.
 //   - Gate lists the breakers that hold (open, half-open, paused) with one visibility query
-//     per refresh interval, whatever the traffic, and answers Holds from memory.
+//     per refresh interval, whatever the traffic, describes the breakers of the destinations
+//     retries asked about lately (fresher than visibility), and answers Holds from memory.
 //   - HeldLister lists a destination's held retries, oldest due first, for the breaker's
 //     releases.
 package breaker
@@ -31,8 +32,8 @@ import (
 
 // Defaults of the processes' breaker settings (BREAKER_REFRESH, BREAKER_FLUSH).
 const (
-	// DefaultRefresh is how often a Gate lists the breakers that hold: how late, at most, a
-	// worker learns that a destination's breaker opened.
+	// DefaultRefresh is how often a Gate reads the breakers: how late, at most, a worker
+	// learns that the breaker of a destination its retries ask about opened.
 	DefaultRefresh = 500 * time.Millisecond
 	// DefaultFlush is how often a Counter reports its counts: a breaker judges by counts at
 	// most this old.

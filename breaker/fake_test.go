@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 	commonpb "go.temporal.io/api/common/v1"
+	"go.temporal.io/api/serviceerror"
 	workflowpb "go.temporal.io/api/workflow/v1"
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
@@ -66,12 +67,50 @@ func (f *fakeSignaller) setFail(id string, fail bool) {
 	f.fail[id] = fail
 }
 
-// fakeLister answers every query with its pages, in order, chained by page tokens.
+// fakeLister answers every query with its pages, in order, chained by page tokens. It
+// describes the workflows in described (by ID; NotFound for others); while described is
+// nil every describe fails as unavailable.
 type fakeLister struct {
-	mu      sync.Mutex
-	pages   [][]*workflowpb.WorkflowExecutionInfo
-	err     error
-	queries []string
+	mu        sync.Mutex
+	pages     [][]*workflowpb.WorkflowExecutionInfo
+	err       error
+	queries   []string
+	described map[string]*workflowpb.WorkflowExecutionInfo
+	describes []string
+}
+
+func (f *fakeLister) DescribeWorkflowExecution(_ context.Context, id, _ string) (*workflowservice.DescribeWorkflowExecutionResponse, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.describes = append(f.describes, id)
+	if f.described == nil {
+		return nil, serviceerror.NewUnavailable("history unavailable")
+	}
+	e, ok := f.described[id]
+	if !ok {
+		return nil, serviceerror.NewNotFound("workflow not found")
+	}
+	return &workflowservice.DescribeWorkflowExecutionResponse{WorkflowExecutionInfo: e}, nil
+}
+
+// describe makes the fake describe es (nil: fail every describe).
+func (f *fakeLister) describe(es ...*workflowpb.WorkflowExecutionInfo) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if es == nil {
+		f.described = nil
+		return
+	}
+	f.described = map[string]*workflowpb.WorkflowExecutionInfo{}
+	for _, e := range es {
+		f.described[e.GetExecution().GetWorkflowId()] = e
+	}
+}
+
+func (f *fakeLister) describedIDs() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]string(nil), f.describes...)
 }
 
 func (f *fakeLister) ListWorkflow(_ context.Context, req *workflowservice.ListWorkflowExecutionsRequest) (*workflowservice.ListWorkflowExecutionsResponse, error) {

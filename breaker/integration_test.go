@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/temporal"
@@ -104,6 +105,27 @@ func TestAgainstTemporal(t *testing.T) {
 		require.NoError(t, other.Refresh(ctx))
 		_, held := other.Holds(tq + ".open")
 		assert.False(t, held, "another deployment's breakers are not ours")
+		require.NoError(t, other.Refresh(ctx))
+		_, held = other.Holds(tq + ".open")
+		assert.False(t, held, "another deployment's breakers are not ours, described either")
+
+		// A describe reads the breaker's own state, without visibility: a gate whose list
+		// sees nothing holds what retries asked about.
+		blind := NewGate(GateConfig{Client: blindLister{tc}, TaskQueue: tq})
+		asked := []string{tq + ".open", tq + ".half", tq + ".closed", tq + ".none"}
+		for _, q := range asked {
+			blind.Holds(q)
+		}
+		require.NoError(t, blind.Refresh(ctx))
+		for _, q := range asked {
+			mode, held := blind.Holds(q)
+			if m, ok := want[q]; ok {
+				assert.True(t, held, q)
+				assert.Equal(t, m, mode, q)
+			} else {
+				assert.False(t, held, q)
+			}
+		}
 	})
 
 	t.Run("held", func(t *testing.T) {
@@ -140,4 +162,11 @@ func TestAgainstTemporal(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, []string{a, bID}, ids)
 	})
+}
+
+// blindLister is a client whose visibility lists nothing.
+type blindLister struct{ client.Client }
+
+func (blindLister) ListWorkflow(context.Context, *workflowservice.ListWorkflowExecutionsRequest) (*workflowservice.ListWorkflowExecutionsResponse, error) {
+	return &workflowservice.ListWorkflowExecutionsResponse{}, nil
 }

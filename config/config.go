@@ -196,8 +196,8 @@ type Config struct {
 	// BreakersOff): off, no retry is held and none is counted, whatever the policies say.
 	// Env BREAKERS, flag -breakers. Defaults to on.
 	Breakers string
-	// BreakerRefresh is how often a worker lists the breakers that hold: how late, at most,
-	// it learns that one opened. Env BREAKER_REFRESH, flag -breaker-refresh. Defaults to
+	// BreakerRefresh is how often a worker lists the breakers that hold and describes those of
+	// the destinations its retries asked about: how late, at most, it learns that one opened. Env BREAKER_REFRESH, flag -breaker-refresh. Defaults to
 	// breaker.DefaultRefresh.
 	BreakerRefresh time.Duration
 	// BreakerFlush is how often a process reports its republishes and failures to their
