@@ -298,7 +298,7 @@ test-processes: tools temporal-server rabbitmq ## The breaker outage e2e scenari
 # test until it has run in CI on a quiet machine.
 test-temporal-hosts: tools temporal-server rabbitmq ## The e2e test of a Temporal host lost under load (two server processes on PostgreSQL); not part of make test
 	$(GO) vet -tags 'integration temporalhosts' ./e2e/
-	$(GO) test -race -count=1 -tags 'integration temporalhosts' -timeout 20m -run '^TestTemporalHostLossUnderLoad$$' ./e2e/
+	$(GO) test -race -count=1 -tags 'integration temporalhosts' -timeout 30m -run '^TestTemporal(Dialled)?HostLossUnderLoad$$' ./e2e/
 
 # The Node client's tests: npm ci into clients/node/node_modules (npm's cache under $(CACHE)),
 # then node --test against the RabbitMQ at RABBITMQ_URL. Before test-integration, whose e2e

@@ -95,8 +95,10 @@ type Config struct {
 	// HTTPAddr is the ops HTTP listen address. Env HTTP_ADDR, flag -http-addr.
 	// Defaults to ":" + HTTPPort (all interfaces).
 	HTTPAddr string
-	// TemporalAddress is the Temporal frontend's host:port. Env TEMPORAL_ADDRESS, flag
-	// -temporal-address. Defaults to DefaultTemporalAddress.
+	// TemporalAddress is the Temporal frontend's host:port, or a comma-separated list of
+	// them (every frontend of a cluster with no load balancer in front: calls are balanced
+	// over those that answer). Env TEMPORAL_ADDRESS, flag -temporal-address. Defaults to
+	// DefaultTemporalAddress.
 	TemporalAddress string
 	// Namespace is the Temporal namespace. Env TEMPORAL_NAMESPACE, flag
 	// -temporal-namespace (or -namespace). Defaults to "default".
@@ -532,6 +534,18 @@ func isTerminal(w io.Writer) bool {
 	}
 	fi, err := f.Stat()
 	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+}
+
+// TemporalAddresses is TemporalAddress split at its commas, each trimmed; empty entries are
+// dropped.
+func (c Config) TemporalAddresses() []string {
+	var out []string
+	for a := range strings.SplitSeq(c.TemporalAddress, ",") {
+		if a = strings.TrimSpace(a); a != "" {
+			out = append(out, a)
+		}
+	}
+	return out
 }
 
 // BrokerURLs is the comma-separated list of broker URLs the service connects to:

@@ -229,6 +229,8 @@ func TestRefusals(t *testing.T) {
 		{"http addr port", nil, []string{"HTTP_ADDR", ":99999"}, `HTTP_ADDR: port "99999" out of range`},
 		{"temporal address", nil, []string{"TEMPORAL_ADDRESS", "temporal"}, `TEMPORAL_ADDRESS: "temporal" is not host:port`},
 		{"temporal port", nil, []string{"TEMPORAL_ADDRESS", "temporal:0"}, `TEMPORAL_ADDRESS: port "0" out of range`},
+		{"temporal list entry", nil, []string{"TEMPORAL_ADDRESS", "t1:7233,t2"}, `TEMPORAL_ADDRESS: "t2" is not host:port`},
+		{"temporal list empty", nil, []string{"TEMPORAL_ADDRESS", ","}, `TEMPORAL_ADDRESS: "," names no host:port`},
 		{"max retries negative", nil, []string{"DEFAULT_MAX_RETRIES", "-1"}, `DEFAULT_MAX_RETRIES (-1) must be 0 or more`},
 		{"base delay zero", nil, []string{"BASE_DELAY_MS", "0"}, `BASE_DELAY_MS (0s) must be above 0`},
 		{"base delay negative", []string{"-base-delay", "-1s"}, nil, `BASE_DELAY_MS (-1s) must be above 0`},
@@ -494,4 +496,16 @@ func TestBridgeDeferMaxReadsItsOlderName(t *testing.T) {
 
 	_, err = Load(nil, env("BRIDGE_DEFER_MAX", "1s", "BRIDGE_HOLD_MAX", "3s"))
 	require.ErrorContains(t, err, "BRIDGE_DEFER_MAX: set, and its older name BRIDGE_HOLD_MAX differs")
+}
+
+// TEMPORAL_ADDRESS as a list: its entries, trimmed, without empty ones.
+func TestTemporalAddresses(t *testing.T) {
+	for in, want := range map[string][]string{
+		"127.0.0.1:7233":            {"127.0.0.1:7233"},
+		"t1:7233, t2:7233,":         {"t1:7233", "t2:7233"},
+		" t1:7233 ,, t2:7233 ,t3:1": {"t1:7233", "t2:7233", "t3:1"},
+		"":                          nil,
+	} {
+		assert.Equal(t, want, Config{TemporalAddress: in}.TemporalAddresses(), in)
+	}
 }

@@ -126,7 +126,7 @@ func (c Config) validateSecurity() []error {
 				bad("%s: set, but TEMPORAL_TLS is false", env)
 			}
 		}
-		if c.TemporalAPIKey != "" && !loopbackAddress(c.TemporalAddress) {
+		if c.TemporalAPIKey != "" && !allLoopback(c.TemporalAddresses()) {
 			bad("TEMPORAL_API_KEY: TEMPORAL_TLS is false and TEMPORAL_ADDRESS %q is not a loopback address: the key would cross the network in plaintext", c.TemporalAddress)
 		}
 	}
@@ -155,6 +155,16 @@ func (c Config) validateSecurity() []error {
 		}
 	}
 	return errs
+}
+
+// allLoopback says whether every one of addrs is a loopback host:port (and there is one).
+func allLoopback(addrs []string) bool {
+	for _, a := range addrs {
+		if !loopbackAddress(a) {
+			return false
+		}
+	}
+	return len(addrs) > 0
 }
 
 func loopbackAddress(hostport string) bool {

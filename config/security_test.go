@@ -205,6 +205,7 @@ func TestSecurityRefusals(t *testing.T) {
 		{"temporal cert not PEM", []string{"TEMPORAL_CERT_FILE", notPEM, "TEMPORAL_KEY_FILE", f.ClientKey}, "TEMPORAL_TLS_CLIENT_CERT_PATH/TEMPORAL_TLS_CLIENT_KEY_PATH: tls: failed to find any PEM data in certificate input"},
 		{"temporal CA with TLS off", []string{"TEMPORAL_TLS", "false", "TEMPORAL_CA_FILE", f.CA}, "TEMPORAL_TLS_SERVER_CA_CERT_PATH: set, but TEMPORAL_TLS is false"},
 		{"API key in plaintext off loopback", []string{"TEMPORAL_TLS", "false", "TEMPORAL_ADDRESS", "temporal.prod:7233", "TEMPORAL_API_KEY", apiKey}, "TEMPORAL_API_KEY: TEMPORAL_TLS is false and TEMPORAL_ADDRESS \"temporal.prod:7233\" is not a loopback address"},
+		{"API key in plaintext, one frontend off loopback", []string{"TEMPORAL_TLS", "false", "TEMPORAL_ADDRESS", "127.0.0.1:7233,temporal.prod:7233", "TEMPORAL_API_KEY", apiKey}, "is not a loopback address"},
 		{"payload keys not base64", []string{"PAYLOAD_KEYS", "k1=" + secretKey[:30] + "*"}, `PAYLOAD_KEYS: key "k1" is not base64`},
 		{"payload key short", []string{"PAYLOAD_KEYS", "k1=" + base64.StdEncoding.EncodeToString([]byte("0123456789abcdef"))}, `PAYLOAD_KEYS: key "k1" is 16 bytes, want 32`},
 		{"payload key without id", []string{"PAYLOAD_KEYS", secretKey}, "PAYLOAD_KEYS: entry 1: "},

@@ -91,7 +91,7 @@ func (c *Config) settings() []setting {
 		{"MAX_DELAY_MS", "retry delay cap of the default policy (env: milliseconds; flag: a duration)", (*millis)(&c.MaxDelay)},
 		{"HTTP_PORT", "ops HTTP port (API, web page, /metrics)", (*integer)(&c.HTTPPort)},
 		{"HTTP_ADDR", "ops HTTP listen address, host:port (unset: every interface on HTTP_PORT)", (*text)(&c.HTTPAddr)},
-		{"TEMPORAL_ADDRESS", "Temporal frontend host:port", (*text)(&c.TemporalAddress)},
+		{"TEMPORAL_ADDRESS", "Temporal frontend host:port, or a comma-separated list of a cluster's frontends (calls balanced over those that answer)", (*text)(&c.TemporalAddress)},
 		{"TEMPORAL_NAMESPACE", "Temporal namespace", (*text)(&c.Namespace)},
 		{"TEMPORAL_TASK_QUEUE", "Temporal task queue", (*text)(&c.TaskQueue)},
 		{"POLICY_FILE", "policy/route file (default: built-in catalogue only)", (*text)(&c.PolicyFile)},

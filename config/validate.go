@@ -91,10 +91,16 @@ func (c Config) validateAddresses(p *problems) {
 			p.add("HTTP_ADDR: port %q out of range", port)
 		}
 	}
-	if h, port, err := net.SplitHostPort(c.TemporalAddress); err != nil || h == "" {
-		p.add("TEMPORAL_ADDRESS: %q is not host:port", c.TemporalAddress)
-	} else if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
-		p.add("TEMPORAL_ADDRESS: port %q out of range", port)
+	addrs := c.TemporalAddresses()
+	if len(addrs) == 0 {
+		p.add("TEMPORAL_ADDRESS: %q names no host:port", c.TemporalAddress)
+	}
+	for _, a := range addrs {
+		if h, port, err := net.SplitHostPort(a); err != nil || h == "" {
+			p.add("TEMPORAL_ADDRESS: %q is not host:port", a)
+		} else if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+			p.add("TEMPORAL_ADDRESS: port %q out of range", port)
+		}
 	}
 	if c.Namespace == "" {
 		p.add("TEMPORAL_NAMESPACE: must not be empty")

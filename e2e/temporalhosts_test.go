@@ -19,12 +19,26 @@ import (
 // PostgreSQL, PostgresHistoryShards shards in one membership ring), the host the service
 // does not dial is SIGKILLed while messages flow: its shards move to the host left, and
 // every message still reaches its destination, duplicates only with the same x-retry-key.
-// The service dials the first host's frontend; a deployment puts a load balancer in front of
-// every frontend, so that losing the dialled one is a reconnect.
 func TestTemporalHostLossUnderLoad(t *testing.T) {
+	hostLossUnderLoad(t, false)
+}
+
+// The same with the service given both frontends (TEMPORAL_ADDRESS a list, the killed host
+// first, so that it also names the connection's authority): the service balances over both
+// and goes on with the one left.
+func TestTemporalDialledHostLossUnderLoad(t *testing.T) {
+	hostLossUnderLoad(t, true)
+}
+
+// hostLossUnderLoad runs the scenario: the second host is killed a third into 200 messages;
+// dialled says whether the service dials it too.
+func hostLossUnderLoad(t *testing.T, dialled bool) {
 	hosts := devserver.StartHostsForTest(t, 2)
 	started := time.Now()
 	s := newStackOn(t, hosts[0])
+	if dialled {
+		s.cfg.TemporalAddress = hosts[1].Address + "," + hosts[0].Address
+	}
 	s.run("all")
 	orders := s.queue(s.prefix+".orders", nil)
 	var mu sync.Mutex
@@ -91,7 +105,7 @@ func TestTemporalHostLossUnderLoad(t *testing.T) {
 		require.True(t, ks[id+":1"], "message %s key", id)
 	}
 	require.True(t, httpOK("http://"+s.cfg.HTTPAddr+"/readyz"), "service ready after the host's loss")
-	t.Logf("%d messages on two Temporal hosts, one SIGKILLed mid-run: 0 lost, %d duplicates (same key); all republished %s after the kill, "+
+	t.Logf("%d messages on two Temporal hosts, one SIGKILLed mid-run (the service dials %s): 0 lost, %d duplicates (same key); all republished %s after the kill, "+
 		"longest time without an arrival after it %s; %s after the hosts were up",
-		n, len(c.all())-n, settled.Round(100*time.Millisecond), longestGap.Round(100*time.Millisecond), time.Since(started).Round(100*time.Millisecond))
+		n, s.cfg.TemporalAddress, len(c.all())-n, settled.Round(100*time.Millisecond), longestGap.Round(100*time.Millisecond), time.Since(started).Round(100*time.Millisecond))
 }

@@ -22,6 +22,14 @@ const CodecPath = "/codec/"
 // logger and metrics handler. Errors name the setting at fault.
 func TemporalOptions(cfg config.Config) (client.Options, error) {
 	opts := client.Options{HostPort: cfg.TemporalAddress, Namespace: cfg.Namespace}
+	switch addrs := cfg.TemporalAddresses(); {
+	case len(addrs) == 1:
+		opts.HostPort = addrs[0]
+	case len(addrs) > 1:
+		f := frontends(addrs)
+		opts.HostPort = f.target()
+		opts.ConnectionOptions.DialOptions = append(opts.ConnectionOptions.DialOptions, f.dialOption())
+	}
 	opts.ConnectionOptions.Authority = cfg.TemporalAuthority
 	if len(cfg.TemporalGRPCMeta) > 0 {
 		opts.HeadersProvider = grpcMeta(cfg.TemporalGRPCMeta)

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -102,6 +103,7 @@ func TestTemporalBadCAFileRefused(t *testing.T) {
 type fakeFrontend struct {
 	workflowservice.UnimplementedWorkflowServiceServer
 	addr string
+	stop func()
 
 	mu       sync.Mutex
 	auth     []string
@@ -144,7 +146,7 @@ func startFakeFrontend(t *testing.T, ca *brokertest.CA, requireClientCert bool) 
 	require.NoError(t, err)
 	go func() { _ = srv.Serve(lis) }()
 	t.Cleanup(srv.Stop)
-	f.addr = lis.Addr().String()
+	f.addr, f.stop = lis.Addr().String(), srv.Stop
 	return f
 }
 
@@ -242,4 +244,47 @@ func TestCodecEndpointMounted(t *testing.T) {
 	require.NoError(t, err)
 	resp.Body.Close()
 	assert.Equal(t, http.StatusOK, resp.StatusCode)
+}
+
+// calls is how many calls f answered.
+func (f *fakeFrontend) calls() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.auth)
+}
+
+// TEMPORAL_ADDRESS as a list of a cluster's frontends: calls are balanced over those that
+// answer (one of them never does), and go on when a frontend is lost.
+func TestTemporalDialBalancesOverAListOfFrontends(t *testing.T) {
+	ca := brokertest.NewCA(t, "temporal-test-ca")
+	f := ca.WriteFiles(t, t.TempDir())
+	a, b := startFakeFrontend(t, ca, false), startFakeFrontend(t, ca, false)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	down := lis.Addr().String()
+	require.NoError(t, lis.Close())
+
+	cfg := load(t, "TEMPORAL_ADDRESS", down+", "+a.addr+","+b.addr, "TEMPORAL_CA_FILE", f.CA, "TEMPORAL_API_KEY", "k")
+	opts, err := TemporalOptions(cfg)
+	require.NoError(t, err)
+	c, err := client.Dial(opts)
+	require.NoError(t, err, "a frontend down among them")
+	defer c.Close()
+	call := func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_, err := c.WorkflowService().GetSystemInfo(ctx, &workflowservice.GetSystemInfoRequest{})
+		return err
+	}
+	for i := 0; a.calls() < 2 || b.calls() < 2; i++ {
+		require.Less(t, i, 200, "calls reach both frontends that answer")
+		require.NoError(t, call(), "a frontend down among them")
+	}
+
+	a.stop()
+	before := b.calls()
+	for range 20 {
+		require.NoError(t, call(), "a frontend lost: the other answers")
+	}
+	assert.GreaterOrEqual(t, b.calls()-before, 20)
 }
