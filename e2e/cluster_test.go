@@ -50,7 +50,7 @@ func TestClusterNodeLossUnderLoad(t *testing.T) {
 	// node it is declared through): the crash moves it under the worker's publishes.
 	orders := s.queueOn(killed.URL, s.prefix+".orders", amqp.Table{"x-queue-type": "quorum"})
 	const n = 200
-	keys := map[string]map[string]bool{}
+	var keys map[string]map[string]bool
 	t.Cleanup(func() {
 		if !t.Failed() {
 			return
@@ -73,48 +73,19 @@ func TestClusterNodeLossUnderLoad(t *testing.T) {
 	// at its first publish.
 	svcConn := s.cfg.ServiceName + "-all"
 
-	third := make(chan struct{})
-	published := make(chan error, 1)
-	go func() {
-		for i := range n {
-			if i == n/3 {
-				close(third)
-			}
-			m := message.RetryMessage{MessageID: fmt.Sprintf("c-%d", i), OriginalPayload: []byte(fmt.Sprint(i)), OriginalQueue: orders, ErrorReason: "503"}
-			if err := sendRetryUntil(s, m, time.Now().Add(2*time.Minute)); err != nil {
-				published <- err
-				return
-			}
-		}
-		published <- nil
-	}()
 	// Killed at once, while the first third is in flight: no rabbitmqctl call in between
 	// (each takes seconds on a busy machine, time enough for the flow to drain).
-	<-third
-	killed.Kill()
-	killedAt := time.Now()
+	killedAt := publishThenFault(t, s, orders, "c", n, func() { killed.Kill() })
 	t.Logf("killed %s, the bridge's node and the destination queue's leader, after %d of %d publishes began", killed.Name, n/3, n)
-	require.NoError(t, <-published)
 
 	eventually(t, 5*time.Minute, func() error {
-		clear(keys)
-		for _, d := range c.all() {
-			if keys[d.MessageId] == nil {
-				keys[d.MessageId] = map[string]bool{}
-			}
-			k, _ := d.Headers["x-retry-key"].(string)
-			keys[d.MessageId][k] = true
-		}
-		if len(keys) < n {
+		if keys = keysByMessage(c.all()); len(keys) < n {
 			return fmt.Errorf("%d of %d republished", len(keys), n)
 		}
 		return nil
 	})
 	settled := time.Since(killedAt)
-	for id, ks := range keys {
-		require.Len(t, ks, 1, "message %s arrived with different keys: %v", id, ks)
-		require.True(t, ks[id+":1"], "message %s key", id)
-	}
+	requireFirstKeyOnly(t, keys)
 	eventually(t, time.Minute, func() error {
 		now, err := bridgeNode()
 		if err != nil {
@@ -144,22 +115,6 @@ func TestClusterNodeLossUnderLoad(t *testing.T) {
 	t.Logf("%d messages, node %s killed mid-run (publisher's connection on it: %v): 0 lost, %d duplicates (same key); "+
 		"all republished %s after the kill; %s after the cluster was up",
 		n, killed.Name, publisherMoved, dups, settled.Round(100*time.Millisecond), time.Since(started).Round(100*time.Millisecond))
-}
-
-// sendRetryUntil publishes m again until the broker confirms it or the deadline passes: a
-// publish in flight when a node dies fails, and the producer sends it again (the workflow ID
-// makes the copy a duplicate the scheduler drops).
-func sendRetryUntil(s *stack, m message.RetryMessage, deadline time.Time) error {
-	for {
-		err := s.sendRetry(m)
-		if err == nil {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("publish %s: %w", m.MessageID, err)
-		}
-		time.Sleep(100 * time.Millisecond) // a retry's pause, not a wait for an event
-	}
 }
 
 // clusterDiagnosis logs what a stalled run needs to be understood: the queues as each

@@ -12,7 +12,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/retry-scheduler/retry-scheduler/internal/devserver"
-	"github.com/retry-scheduler/retry-scheduler/message"
 )
 
 // On Temporal run as two hosts (two server processes, each with all four services, on one
@@ -51,41 +50,16 @@ func hostLossUnderLoad(t *testing.T, dialled bool) {
 	})
 
 	const n = 200
-	third := make(chan struct{})
-	published := make(chan error, 1)
-	go func() {
-		for i := range n {
-			if i == n/3 {
-				close(third)
-			}
-			m := message.RetryMessage{MessageID: fmt.Sprintf("h-%d", i), OriginalPayload: []byte(fmt.Sprint(i)), OriginalQueue: orders, ErrorReason: "503"}
-			if err := sendRetryUntil(s, m, time.Now().Add(2*time.Minute)); err != nil {
-				published <- err
-				return
-			}
-		}
-		published <- nil
-	}()
-	<-third
-	require.NoError(t, hosts[1].Kill())
-	killedAt := time.Now()
+	killedAt := publishThenFault(t, s, orders, "h", n, func() { require.NoError(t, hosts[1].Kill()) })
 	t.Logf("killed the second Temporal host (pid %d) after %d of %d publishes began", hosts[1].Pid(), n/3, n)
-	require.NoError(t, <-published)
 
-	keys := map[string]map[string]bool{}
+	var keys map[string]map[string]bool
 	// The longest time no message arrived, after the kill: the shards' move as the service
 	// sees it.
 	var longestGap time.Duration
 	eventually(t, 6*time.Minute, func() error {
-		clear(keys)
+		keys = keysByMessage(c.all())
 		last := killedAt
-		for _, d := range c.all() {
-			if keys[d.MessageId] == nil {
-				keys[d.MessageId] = map[string]bool{}
-			}
-			k, _ := d.Headers["x-retry-key"].(string)
-			keys[d.MessageId][k] = true
-		}
 		mu.Lock()
 		for _, at := range arrivals {
 			if at.After(killedAt) {
@@ -100,10 +74,7 @@ func hostLossUnderLoad(t *testing.T, dialled bool) {
 		return nil
 	})
 	settled := time.Since(killedAt)
-	for id, ks := range keys {
-		require.Len(t, ks, 1, "message %s arrived with different keys: %v", id, ks)
-		require.True(t, ks[id+":1"], "message %s key", id)
-	}
+	requireFirstKeyOnly(t, keys)
 	require.True(t, httpOK("http://"+s.cfg.HTTPAddr+"/readyz"), "service ready after the host's loss")
 	t.Logf("%d messages on two Temporal hosts, one SIGKILLed mid-run (the service dials %s): 0 lost, %d duplicates (same key); all republished %s after the kill, "+
 		"longest time without an arrival after it %s; %s after the hosts were up",
