@@ -31,8 +31,9 @@ type Breaker struct {
 	CooldownMax time.Duration `json:"cooldown_max,omitempty"`
 	// Probes is how many held retries are released in half-open.
 	Probes int `json:"probes,omitempty"`
-	// ProbeWindow is how long after the probes' release a failure of theirs reopens the
-	// breaker; a window without one closes it.
+	// ProbeWindow is how long after the probes' release their failures, reported by their
+	// runs, reopen the breaker once they reach FailureRatio of the probes (one of one, two of
+	// three); a window that ends below it closes the breaker.
 	ProbeWindow time.Duration `json:"probe_window,omitempty"`
 	// ReleaseRate is how many held retries per second are released on close or resume.
 	ReleaseRate int `json:"release_rate,omitempty"`

@@ -2,6 +2,7 @@ package workflows
 
 import (
 	"fmt"
+	"slices"
 	"time"
 
 	"go.temporal.io/sdk/temporal"
@@ -63,7 +64,7 @@ type breakerRun struct {
 	ctx workflow.Context
 	st  BreakerState
 
-	outcomes, pauses, resumes workflow.ReceiveChannel
+	outcomes, probeFailures, pauses, resumes workflow.ReceiveChannel
 	// actions carries the operator updates (*breakerActionRequest) to the loop.
 	actions workflow.Channel
 
@@ -96,6 +97,7 @@ func newBreakerRun(ctx workflow.Context, in BreakerInput) *breakerRun {
 
 func (b *breakerRun) setup() error {
 	b.outcomes = workflow.GetSignalChannel(b.ctx, SignalBreakerOutcomes)
+	b.probeFailures = workflow.GetSignalChannel(b.ctx, SignalBreakerProbeFailed)
 	b.pauses = workflow.GetSignalChannel(b.ctx, SignalBreakerPause)
 	b.resumes = workflow.GetSignalChannel(b.ctx, SignalBreakerResume)
 	b.actions = workflow.NewChannel(b.ctx)
@@ -236,6 +238,11 @@ func (b *breakerRun) addInputs(sel workflow.Selector) {
 		c.Receive(b.ctx, &o)
 		b.outcome(o)
 	})
+	sel.AddReceive(b.probeFailures, func(c workflow.ReceiveChannel, _ bool) {
+		var f ProbeFailure
+		c.Receive(b.ctx, &f)
+		b.probeFailed(f)
+	})
 	for _, ch := range []workflow.ReceiveChannel{b.pauses, b.resumes} {
 		sel.AddReceive(ch, func(c workflow.ReceiveChannel, _ bool) {
 			b.act(c.Name(), receiveAction(b.ctx, c))
@@ -249,7 +256,10 @@ func (b *breakerRun) addInputs(sel workflow.Selector) {
 }
 
 // outcome applies one process's counts: the latest settings, and in closed the window (which
-// may open it), in half-open the probes' judgement (a failure reopens it).
+// may open it). In half-open the probes' runs report their failures (probeFailed): a failure
+// counted now may be a retry's republished before the breaker opened, which says nothing of
+// the destination now; runs from before that change judged the probes by these counts (a
+// failure reopened it).
 func (b *breakerRun) outcome(o BreakerOutcomes) {
 	b.st.Settings = o.Settings.WithDefaults()
 	b.st.LastReport = workflow.Now(b.ctx)
@@ -261,7 +271,7 @@ func (b *breakerRun) outcome(o BreakerOutcomes) {
 			b.open(fmt.Sprintf("%d of %d republishes failed within %s", failed, rep, b.st.Settings.Window))
 		}
 	case BreakerHalfOpen:
-		if o.Failed == 0 {
+		if o.Failed == 0 || b.judgesProbesByTheirRuns() {
 			return
 		}
 		b.st.LastProbe.Failed += o.Failed
@@ -269,6 +279,33 @@ func (b *breakerRun) outcome(o BreakerOutcomes) {
 		b.st.Opens++
 		b.open(fmt.Sprintf("%d failed within the probe window", b.st.LastProbe.Failed))
 	}
+}
+
+// judgesProbesByTheirRuns says whether this run judges a half-open's probes by the failures
+// their runs report rather than by the failures the processes count.
+func (b *breakerRun) judgesProbesByTheirRuns() bool {
+	return workflow.GetVersion(b.ctx, changeHalfOpenJudgesProbes, workflow.DefaultVersion, 1) != workflow.DefaultVersion
+}
+
+// probeFailed applies a probe's failure, reported by its run: the half-open reopens once its
+// probes fail at the breaker's failure ratio (one of one, two of three, …). A failure that is
+// not of the current probes' (late, or a run released by hand) is ignored.
+func (b *breakerRun) probeFailed(f ProbeFailure) {
+	p := b.st.LastProbe
+	if b.st.Mode != BreakerHalfOpen || p == nil || !slices.Contains(p.Probes, f.WorkflowID) || slices.Contains(p.Failures, f.WorkflowID) {
+		return
+	}
+	if !b.judgesProbesByTheirRuns() {
+		return
+	}
+	p.Failures = append(p.Failures, f.WorkflowID)
+	p.Failed = len(p.Failures)
+	if float64(p.Failed) < b.st.Settings.FailureRatio*float64(p.Released) {
+		return
+	}
+	p.Result = "failed"
+	b.st.Opens++
+	b.open(fmt.Sprintf("%d of %d probes failed within the probe window", p.Failed, p.Released))
 }
 
 // count adds o to the current second's bucket and drops the buckets the window has passed.
@@ -318,12 +355,13 @@ func (b *breakerRun) probe() {
 		b.transition(BreakerOpen, ReleasedBy, "probe not started: "+err.Error())
 		return
 	}
-	n := b.signalReleases(ids, Release{Probe: true, By: ReleasedBy})
+	probes := b.signalReleases(ids, Release{Probe: true, By: ReleasedBy})
+	n := len(probes)
 	if n == 0 {
 		b.close(ReleasedBy, "no held retry to probe")
 		return
 	}
-	b.st.LastProbe = &BreakerProbe{At: workflow.Now(b.ctx), Released: n}
+	b.st.LastProbe = &BreakerProbe{At: workflow.Now(b.ctx), Released: n, Probes: probes}
 	b.transition(BreakerHalfOpen, ReleasedBy, fmt.Sprintf("%d held retries released as probes", n))
 }
 
@@ -365,7 +403,7 @@ func (b *breakerRun) releaseBatch() {
 		workflow.GetLogger(b.ctx).Info("breaker released every held retry", "queue", b.st.Queue, "released", b.st.Released)
 		return
 	}
-	b.st.Released += b.signalReleases(ids, Release{By: ReleasedBy})
+	b.st.Released += len(b.signalReleases(ids, Release{By: ReleasedBy}))
 	b.recent = append(b.recent, ids)
 	if len(b.recent) > 2 {
 		b.recent = b.recent[1:]
@@ -384,22 +422,22 @@ func (b *breakerRun) listHeld(limit int) ([]string, error) {
 	return ids, nil
 }
 
-// signalReleases signals rel to each held retry in ids and says how many took it (one may
-// have ended since it was listed).
-func (b *breakerRun) signalReleases(ids []string, rel Release) int {
+// signalReleases signals rel to each held retry in ids and returns those that took it (one
+// may have ended since it was listed).
+func (b *breakerRun) signalReleases(ids []string, rel Release) []string {
 	sent := make([]workflow.Future, len(ids))
 	for i, id := range ids {
 		sent[i] = workflow.SignalExternalWorkflow(b.ctx, id, "", SignalRelease, rel)
 	}
-	n := 0
+	var took []string
 	for i, f := range sent {
 		if err := f.Get(b.ctx, nil); err != nil {
 			workflow.GetLogger(b.ctx).Warn("breaker release not delivered", "queue", b.st.Queue, "workflow_id", ids[i], "error", err)
 			continue
 		}
-		n++
+		took = append(took, ids[i])
 	}
-	return n
+	return took
 }
 
 // transition enters mode to: the state, the audit event, the search attribute, the metric.

@@ -108,6 +108,13 @@ func (s *breakerSuite) outcomesAt(d time.Duration, republished, failed int) {
 	}, d)
 }
 
+// probeFailedAt reports, at d, that the probe of run id failed (as its run does).
+func (s *breakerSuite) probeFailedAt(d time.Duration, id string) {
+	s.env.RegisterDelayedCallback(func() {
+		s.env.SignalWorkflow(SignalBreakerProbeFailed, ProbeFailure{WorkflowID: id, RetryKey: id + ":1"})
+	}, d)
+}
+
 func (s *breakerSuite) stateAt(d time.Duration) *BreakerState {
 	st := &BreakerState{}
 	s.env.RegisterDelayedCallback(func() {
@@ -176,11 +183,11 @@ func (s *breakerSuite) TestCooldownDoublesAndIsCapped() {
 	s.held.ids = []string{"retry/orders/a", "retry/orders/b", "retry/orders/c"}
 	s.held.sticky = true
 	s.outcomesAt(time.Second, 10, 10) // open at 1 s: probe at 11 s
-	s.outcomesAt(12*time.Second, 0, 1)
-	// reopened at 12 s: 20 s, probe at 32 s
-	s.outcomesAt(33*time.Second, 0, 2)
+	s.probeFailedAt(12*time.Second, "retry/orders/a")
+	// reopened at 12 s (one of two probes failed): 20 s, probe at 32 s
+	s.probeFailedAt(33*time.Second, "retry/orders/b")
 	// reopened at 33 s: 40 s capped at 25 s, probe at 58 s
-	s.outcomesAt(59*time.Second, 0, 1)
+	s.probeFailedAt(59*time.Second, "retry/orders/a")
 	st := s.stateAt(60 * time.Second)
 	s.run(61*time.Second, BreakerInput{Settings: testBreaker()})
 
@@ -236,6 +243,62 @@ func (s *breakerSuite) TestPassedProbeClosesAndReleasesOldestFirstAtTheRate() {
 		17 * time.Second: {"h5", "h6"},
 		18 * time.Second: {"h7"},
 	}, batches)
+}
+
+// Failures the processes count while half-open do not judge the probes: they may be retries
+// republished before the breaker opened.
+func (s *breakerSuite) TestCountedFailuresDoNotJudgeTheProbes() {
+	s.held.ids = []string{"h1", "h2", "h3"}
+	s.outcomesAt(time.Second, 10, 8) // open at 1 s, probes h1 h2 at 11 s
+	s.outcomesAt(12*time.Second, 0, 5)
+	st := s.stateAt(20 * time.Second)
+	s.run(21*time.Second, BreakerInput{Settings: testBreaker()})
+
+	s.Equal([]BreakerMode{BreakerOpen, BreakerHalfOpen, BreakerClosed}, s.transitions(st))
+	s.Equal("no probe failed within 5s", st.Events[2].Detail)
+	s.Equal(s.t0.Add(16*time.Second), st.Events[2].At.UTC())
+	s.Equal("passed", st.LastProbe.Result)
+	s.Equal(0, st.LastProbe.Failed)
+}
+
+// The probes' runs report their failures: the half-open reopens once they reach the failure
+// ratio, counting each probe once and no other run.
+func (s *breakerSuite) TestProbeFailuresReopenAtTheRatio() {
+	settings := testBreaker()
+	settings.Probes = 3
+	s.held.ids = []string{"h1", "h2", "h3", "h4"}
+	s.env.RegisterDelayedCallback(func() {
+		s.env.SignalWorkflow(SignalBreakerOutcomes, BreakerOutcomes{Republished: 10, Failed: 10, Settings: settings})
+	}, time.Second) // open at 1 s, probes h1 h2 h3 at 11 s
+	s.probeFailedAt(12*time.Second, "h1")
+	s.probeFailedAt(12500*time.Millisecond, "h4") // not a probe
+	s.probeFailedAt(13*time.Second, "h1")         // told twice
+	one := s.stateAt(13500 * time.Millisecond)
+	s.probeFailedAt(14*time.Second, "h2")
+	st := s.stateAt(15 * time.Second)
+	s.run(16*time.Second, BreakerInput{Settings: settings})
+
+	s.Equal(BreakerHalfOpen, one.Mode, "one of three probes failed: below the ratio")
+	s.Equal([]string{"h1"}, one.LastProbe.Failures)
+	s.Equal([]string{"h1", "h2", "h3"}, one.LastProbe.Probes)
+	s.Equal([]BreakerMode{BreakerOpen, BreakerHalfOpen, BreakerOpen}, s.transitions(st))
+	s.Equal("2 of 3 probes failed within the probe window", st.Events[2].Detail)
+	s.Equal(s.t0.Add(14*time.Second), st.Since.UTC())
+	s.Equal("failed", st.LastProbe.Result)
+	s.Equal(2, st.LastProbe.Failed)
+	s.Equal(2, st.Opens)
+}
+
+// A probe failure that comes after its half-open ended is not judged again.
+func (s *breakerSuite) TestALateProbeFailureIsIgnored() {
+	s.held.ids = []string{"h1", "h2", "h3"}
+	s.outcomesAt(time.Second, 10, 8) // open at 1 s, probes h1 h2 at 11 s, closed at 16 s
+	s.probeFailedAt(17*time.Second, "h1")
+	st := s.stateAt(20 * time.Second)
+	s.run(21*time.Second, BreakerInput{Settings: testBreaker()})
+
+	s.Equal([]BreakerMode{BreakerOpen, BreakerHalfOpen, BreakerClosed}, s.transitions(st))
+	s.Empty(st.LastProbe.Failures)
 }
 
 func (s *breakerSuite) TestNothingHeldToProbeCloses() {

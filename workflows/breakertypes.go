@@ -29,6 +29,9 @@ const (
 	QueryBreakerState = "breaker-state"
 	// SignalRelease carries a Release to a held RetryWorkflow: republish now.
 	SignalRelease = "breaker-release"
+	// SignalBreakerProbeFailed carries a ProbeFailure from a RetryWorkflow released as a
+	// probe to its destination's breaker: the probe's republish failed.
+	SignalBreakerProbeFailed = "breaker-probe-failed"
 )
 
 // StatusHeld is a retry that was due while its destination's breaker was open or paused: it
@@ -71,6 +74,13 @@ type BreakerOutcomes struct {
 	// Settings are the reporting message's policy's breaker settings; the breaker takes the
 	// latest.
 	Settings policy.Breaker `json:"settings"`
+}
+
+// ProbeFailure is the payload of SignalBreakerProbeFailed: which run's probe failed, and the
+// key of the probe's republish.
+type ProbeFailure struct {
+	WorkflowID string `json:"workflow_id"`
+	RetryKey   string `json:"retry_key"`
 }
 
 // Release is the payload of SignalRelease.
@@ -118,6 +128,10 @@ type BreakerProbe struct {
 	At       time.Time `json:"at"`
 	Released int       `json:"released"`
 	Failed   int       `json:"failed"`
+	// Probes are the runs released as probes, and Failures those whose probe failed (a
+	// SignalBreakerProbeFailed).
+	Probes   []string `json:"probes,omitempty"`
+	Failures []string `json:"failures,omitempty"`
 	// Result is "passed", "failed" or "" while it runs.
 	Result string `json:"result,omitempty"`
 }

@@ -99,5 +99,6 @@ func (r *retryRun) release(rel Release) {
 	}
 	r.event("released", by, detail)
 	r.released = true
+	r.probe = rel.Probe
 	r.state.Status = StatusRepublishing
 }

@@ -104,3 +104,91 @@ func waitForStatus(t *testing.T, ctx context.Context, c client.Client, id string
 	}
 	t.Fatalf("workflow %s closed without status %s", id, st)
 }
+
+// probeFailedHistory names the recorded history of TestFailedProbeOnADevServer.
+const probeFailedHistory = "held-probe-failed-signals-breaker"
+
+// A retry released as its breaker's probe fails on a real server: its run tells the breaker
+// (a signal to the destination's breaker workflow, which here runs on a task queue nobody
+// polls, so that the signal stays as sent), is held again, and a release delivers it. With
+// RECORD_HISTORIES set, the run's history is written there for the replay tests.
+func TestFailedProbeOnADevServer(t *testing.T) {
+	srv := devserver.StartForTest(t)
+	c := srv.DialForTest(t)
+
+	taskQueue := "probe-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	msgID, queue := taskQueue, taskQueue+".orders"
+	pub := &memPublisher{}
+	acts := &activities.Activities{Publisher: pub, Gate: holdingGate{}, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	w := worker.New(c, worker.Options{TaskQueue: taskQueue, StopTimeout: time.Second}, acts)
+	require.NoError(t, w.Start())
+	defer w.Stop()
+
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	breakerID := message.BreakerWorkflowID(queue)
+	_, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: breakerID, TaskQueue: taskQueue + "-unpolled"},
+		workflows.BreakerWorkflowName, workflows.BreakerInput{Queue: queue})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.TerminateWorkflow(context.Background(), breakerID, "", "test over") })
+
+	p := policy.Policy{
+		Name:        "held",
+		Backoff:     policy.Backoff{Kind: policy.Schedule, Delays: []time.Duration{100 * time.Millisecond}},
+		Jitter:      policy.Jitter{Mode: policy.NoJitter},
+		MaxRetries:  3,
+		QuietWindow: 2 * time.Second,
+		Breaker:     policy.Breaker{Probes: 1},
+	}
+	id := message.WorkflowID(queue, msgID)
+	reports := &reporter.Reporter{Client: c, TaskQueue: taskQueue, Retention: time.Minute}
+	report := func(count int, key string) {
+		require.NoError(t, reports.Report(ctx, message.FailureReport{
+			Message:         message.Message{MessageID: msgID, Payload: []byte("x"), OriginalQueue: queue},
+			Failure:         policy.Failure{Category: "transient", Reason: "503"},
+			Policy:          p,
+			DeadLetterQueue: "dead",
+			RetryCount:      count,
+			RetryKey:        key,
+		}))
+	}
+	state := func() workflows.State {
+		v, err := c.QueryWorkflow(ctx, id, "", workflows.QueryState)
+		require.NoError(t, err)
+		var st workflows.State
+		require.NoError(t, v.Get(&st))
+		return st
+	}
+
+	report(0, "")
+	waitForStatus(t, ctx, c, id, workflows.StatusHeld)
+	require.NoError(t, c.SignalWorkflow(ctx, id, "", workflows.SignalRelease, workflows.Release{Probe: true, By: workflows.ReleasedBy}))
+	require.Eventually(t, func() bool { return len(pub.published()) == 1 }, time.Minute, 10*time.Millisecond, "the probe went out")
+	report(1, msgID+":1") // the probe failed
+	require.Eventually(t, func() bool {
+		st := state()
+		return st.Status == workflows.StatusHeld && st.RetryCount == 1
+	}, time.Minute, 10*time.Millisecond, "held again after the failed probe")
+	require.NoError(t, c.SignalWorkflow(ctx, id, "", workflows.SignalRelease, workflows.Release{By: workflows.ReleasedBy}))
+	var res workflows.Result
+	require.NoError(t, c.GetWorkflow(ctx, id, "").Get(ctx, &res))
+	require.Equal(t, workflows.StatusDelivered, res.Status)
+	require.Equal(t, []string{msgID + ":1", msgID + ":2"}, pub.published())
+
+	// The breaker got the probe's failure, once, naming the run and the probe's key.
+	var got []workflows.ProbeFailure
+	it := c.GetWorkflowHistory(ctx, breakerID, "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+	for it.HasNext() {
+		e, err := it.Next()
+		require.NoError(t, err)
+		if a := e.GetWorkflowExecutionSignaledEventAttributes(); a != nil && a.GetSignalName() == workflows.SignalBreakerProbeFailed {
+			var pf workflows.ProbeFailure
+			require.NoError(t, converter.GetDefaultDataConverter().FromPayloads(a.GetInput(), &pf))
+			got = append(got, pf)
+		}
+	}
+	require.Equal(t, []workflows.ProbeFailure{{WorkflowID: id, RetryKey: msgID + ":1"}}, got)
+
+	_, err = historytest.Record(ctx, c, id, probeFailedHistory)
+	require.NoError(t, err)
+}

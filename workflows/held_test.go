@@ -53,6 +53,9 @@ func (c *fakeCounter) all() []policy.Breaker {
 	return append([]policy.Breaker(nil), c.counts...)
 }
 
+// defaultTestWorkflowID is the workflow ID the SDK's test environment gives a run.
+const defaultTestWorkflowID = "default-test-workflow-id"
+
 // breakerPolicy is fixedPolicy (a retry 10 s after each failure, 30 s quiet window) under a
 // breaker.
 func breakerPolicy(maxRetries int) policy.Policy {
@@ -232,4 +235,21 @@ func (s *retrySuite) TestHeldAgainAfterAFailedProbe() {
 	got := s.pub.to(testQueue)
 	s.Require().Len(got, 2)
 	s.Equal(testID+":2", got[1].Msg.Headers[message.HeaderRetryKey], "the held attempt keeps its key")
+	s.Equal(map[string][]ProbeFailure{message.BreakerWorkflowID(testQueue): {{WorkflowID: defaultTestWorkflowID, RetryKey: testID + ":1"}}},
+		s.probeFailures, "the probe's failure, told its breaker once")
+}
+
+// A retry released by the breaker's close (not as a probe) that fails again tells the
+// breaker nothing: the processes count it.
+func (s *retrySuite) TestAReleasedRetryThatFailsIsNoProbeFailure() {
+	s.gate.set(true)
+	p := breakerPolicy(3)
+	s.at(20*time.Second, SignalRelease, Release{By: "breaker"})
+	s.failAt(25*time.Second, p, 1, transient)
+	s.at(50*time.Second, SignalRelease, Release{By: "breaker"})
+	s.start(report(p, 0, transient))
+
+	s.Equal(StatusDelivered, s.result().Status)
+	s.Len(s.pub.to(testQueue), 2)
+	s.Empty(s.probeFailures)
 }

@@ -89,6 +89,11 @@ type retryRun struct {
 	// released is set when the next republish was let go (a breaker's release, an operator's
 	// retry-now): it goes out whatever the destination's breaker says.
 	released bool
+	// probe is set with released when a breaker let the next republish go as its probe;
+	// probeKey is the key of the republish that went out so, until the next one: its failure
+	// is reported to the breaker (reportProbeFailure).
+	probe    bool
+	probeKey string
 	// delayedStart is set while the first report of a run started with a start delay is taken
 	// (Input.StartDelay): it was accepted at the run's start, and the start set the search
 	// attributes of the scheduled retry.

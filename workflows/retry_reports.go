@@ -75,6 +75,7 @@ func (r *retryRun) takePendingReports() bool {
 // FirstDelay must take the same decision for a run's first report.
 func (r *retryRun) failed(rep message.FailureReport, now time.Time) {
 	s := &r.state
+	r.reportProbeFailure()
 	r.rememberApplied(rep)
 	d := s.record(rep, now, r.rules)
 	if !d.Retry {
@@ -154,4 +155,27 @@ func (r *retryRun) rules() policy.Rules {
 		return policy.RulesUnknownCapEverywhere
 	}
 	return policy.RulesUnknownCapPerPolicy
+}
+
+// reportProbeFailure tells the destination's breaker that this run's probe failed, when the
+// failure being applied is the probe's: a half-open breaker judges its probes by these, not
+// by the failures the processes count, which may be older retries'. The signal is not waited
+// for: a breaker that ended has nothing to judge.
+func (r *retryRun) reportProbeFailure() {
+	if r.probeKey == "" || r.probeKey != r.lastKey {
+		return
+	}
+	key := r.probeKey
+	r.probeKey = ""
+	if workflow.GetVersion(r.ctx, changeProbeFailureReported, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
+		return
+	}
+	queue := r.state.Message.OriginalQueue
+	sent := workflow.SignalExternalWorkflow(r.ctx, message.BreakerWorkflowID(queue), "", SignalBreakerProbeFailed,
+		ProbeFailure{WorkflowID: workflow.GetInfo(r.ctx).WorkflowExecution.ID, RetryKey: key})
+	workflow.Go(r.ctx, func(ctx workflow.Context) {
+		if err := sent.Get(ctx, nil); err != nil {
+			workflow.GetLogger(ctx).Warn("probe failure not delivered to the breaker", "queue", queue, "retry_key", key, "error", err)
+		}
+	})
 }

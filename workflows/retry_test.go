@@ -13,6 +13,7 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/require"
+	"github.com/stretchr/testify/mock"
 	"github.com/stretchr/testify/suite"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/log"
@@ -108,6 +109,8 @@ type retrySuite struct {
 	hist    *fakeHistory
 	gate    *fakeGate
 	counter *fakeCounter
+	// probeFailures are the probe failures the run signalled to breakers, by breaker id.
+	probeFailures map[string][]ProbeFailure
 	// updates numbers the updates a test sends (updateWith).
 	updates int
 }
@@ -131,6 +134,12 @@ func (s *retrySuite) SetupTest() {
 	s.env.RegisterWorkflowWithOptions(RetryWorkflow, workflow.RegisterOptions{Name: RetryWorkflowName})
 	s.env.RegisterActivity(&activities.Activities{Publisher: s.pub, History: s.hist, Gate: s.gate, Counter: s.counter,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	s.probeFailures = map[string][]ProbeFailure{}
+	s.env.OnSignalExternalWorkflow(mock.Anything, mock.Anything, mock.Anything, SignalBreakerProbeFailed, mock.Anything).
+		Return(func(_, id, _, _ string, arg any) error {
+			s.probeFailures[id] = append(s.probeFailures[id], arg.(ProbeFailure))
+			return nil
+		}).Maybe()
 }
 
 func (s *retrySuite) TearDownTest() { s.env.AssertExpectations(s.T()) }

@@ -66,7 +66,11 @@ func (r *retryRun) republish() {
 		r.hold(res.HeldBy)
 		return
 	}
-	r.released = false
+	r.probeKey = ""
+	if r.probe {
+		r.probeKey = key
+	}
+	r.released, r.probe = false, false
 	r.endHold()
 	s.RetryCount = attempt
 	r.lastKey = key

@@ -58,6 +58,13 @@ const (
 	// message's dlqId and dlqUuid (findingAttributeUpdates); runs from before wrote none of
 	// them.
 	changeFindingAttributes = "finding-attributes"
+	// A RetryWorkflow released as a probe tells its breaker when the probe fails
+	// (SignalBreakerProbeFailed); runs from before it told nothing.
+	changeProbeFailureReported = "probe-failure-reported-to-breaker"
+	// BreakerWorkflow judges a half-open's probes by the failures their runs report,
+	// reopening at the failure ratio; runs from before it reopened at any failure the
+	// processes counted in the probe window, an older retry's included.
+	changeHalfOpenJudgesProbes = "half-open-judges-probes-by-their-runs"
 )
 
 // revisionChanges lists, for each revision, the gated changes it takes without GetVersion.
