@@ -137,7 +137,11 @@ func (b *breakerRun) step() (ended bool) {
 			return
 		}
 		b.st.LastProbe.Result = "passed"
-		b.close(ReleasedBy, "no probe failed within "+b.st.Settings.ProbeWindow.String())
+		detail := "no probe failed within " + b.st.Settings.ProbeWindow.String()
+		if p := b.st.LastProbe; p.Failed > 0 {
+			detail = fmt.Sprintf("%d of %d probes failed within %s, below the failure ratio", p.Failed, p.Released, b.st.Settings.ProbeWindow)
+		}
+		b.close(ReleasedBy, detail)
 	case BreakerClosed:
 		if !b.st.Releasing {
 			return b.waitIdle()

@@ -458,3 +458,20 @@ func TestBreakerActionRefusal(t *testing.T) {
 	s.NotEmpty(BreakerActionRefusal(SignalBreakerResume, BreakerHalfOpen))
 	s.Equal("bogus is not a breaker action", BreakerActionRefusal("bogus", BreakerClosed))
 }
+
+// A probe window that ends with failed probes below the ratio closes, saying how many failed.
+func (s *breakerSuite) TestProbeFailuresBelowTheRatioClose() {
+	settings := testBreaker()
+	settings.Probes = 3
+	s.held.ids = []string{"h1", "h2", "h3"}
+	s.env.RegisterDelayedCallback(func() {
+		s.env.SignalWorkflow(SignalBreakerOutcomes, BreakerOutcomes{Republished: 10, Failed: 10, Settings: settings})
+	}, time.Second) // open at 1 s, probes at 11 s, judged until 16 s
+	s.probeFailedAt(12*time.Second, "h2")
+	st := s.stateAt(17 * time.Second)
+	s.run(18*time.Second, BreakerInput{Settings: settings})
+
+	s.Equal([]BreakerMode{BreakerOpen, BreakerHalfOpen, BreakerClosed}, s.transitions(st))
+	s.Equal("1 of 3 probes failed within 5s, below the failure ratio", st.Events[2].Detail)
+	s.Equal("passed", st.LastProbe.Result)
+}
