@@ -261,7 +261,11 @@ test-integration: tools temporal-server rabbitmq ## Integration tier (-tags inte
 # The e2e package against one Temporal server on PostgreSQL (free port, temporary databases
 # dropped at the end), with TEMPORAL_ENGINE=postgres so that a test starting its own server
 # gets one of the same engine.
-test-e2e-postgres: temporal-server rabbitmq ## e2e tests (-tags integration) against the Temporal server on PostgreSQL
+# The PostgreSQL pass also runs the Temporal-host-loss tests (tag temporalhosts): they start
+# two server processes of their own on PostgreSQL, about 20 s each.
+E2E_POSTGRES_TAGS = integration temporalhosts
+
+test-e2e-postgres: temporal-server rabbitmq ## e2e tests (-tags integration temporalhosts) against the Temporal server on PostgreSQL
 	@set -uo pipefail; tmp=$$(mktemp -d); pid=; \
 	cleanup() { if [ -n "$$pid" ]; then kill -TERM $$pid 2>/dev/null && wait $$pid; fi; rm -rf $$tmp; }; \
 	trap cleanup EXIT; trap 'exit 130' INT TERM; \
@@ -274,9 +278,9 @@ test-e2e-postgres: temporal-server rabbitmq ## e2e tests (-tags integration) aga
 	: > $$tmp/excluded; \
 	if [ -n '$(E2E_POSTGRES_SKIP)' ]; then \
 		echo "== not run on PostgreSQL, by E2E_POSTGRES_SKIP (run on the dev server above): $(E2E_POSTGRES_SKIP)"; \
-		$(GO) test -race -tags integration -list '$(E2E_POSTGRES_SKIP)' ./e2e/ > $$tmp/excluded || { cat $$tmp/excluded; exit 1; }; \
+		$(GO) test -race -tags '$(E2E_POSTGRES_TAGS)' -list '$(E2E_POSTGRES_SKIP)' ./e2e/ > $$tmp/excluded || { cat $$tmp/excluded; exit 1; }; \
 	fi; \
-	$(GO) test -race -json -tags integration -timeout $(E2E_TIMEOUT) -p 1 -skip '$(E2E_POSTGRES_SKIP)' ./e2e/ 2>&1 \
+	$(GO) test -race -json -tags '$(E2E_POSTGRES_TAGS)' -timeout $(E2E_TIMEOUT) -p 1 -skip '$(E2E_POSTGRES_SKIP)' ./e2e/ 2>&1 \
 		| $(TESTREPORT) -excluded $$tmp/excluded -excluded-reason '$(E2E_POSTGRES_SKIP_REASON)'; rc=$$?; \
 	if [ $$rc != 0 ]; then echo "--- Temporal server log (last lines) ---"; tail -n 40 $$tmp/temporal.log; fi; \
 	exit $$rc
@@ -293,10 +297,9 @@ test-processes: tools temporal-server rabbitmq ## The breaker outage e2e scenari
 	$(GO) vet -tags 'integration processes' ./e2e/
 	$(GO) test -race -count=1 -tags 'integration processes' -timeout 30m -run '^TestBreakerOutageAcrossProcesses' ./e2e/
 
-# Temporal as two hosts (two server processes on one PostgreSQL, one membership ring), the
-# one the service does not dial SIGKILLed under load (build tag temporalhosts). Outside make
-# test until it has run in CI on a quiet machine.
-test-temporal-hosts: tools temporal-server rabbitmq ## The e2e test of a Temporal host lost under load (two server processes on PostgreSQL); not part of make test
+# Temporal as two hosts (two server processes on one PostgreSQL, one membership ring), one
+# SIGKILLed under load, dialled by the service or not (build tag temporalhosts).
+test-temporal-hosts: tools temporal-server rabbitmq ## The e2e tests of a Temporal host lost under load (two server processes on PostgreSQL), alone; make test runs them in its PostgreSQL pass
 	$(GO) vet -tags 'integration temporalhosts' ./e2e/
 	$(GO) test -race -count=1 -tags 'integration temporalhosts' -timeout 30m -run '^TestTemporal(Dialled)?HostLossUnderLoad$$' ./e2e/
 
