@@ -11,7 +11,8 @@
 //     earlier run's attempts;
 //   - retry_wait.go: the wait for the scheduled retry, the republish, the quiet window;
 //   - held.go: a retry held by its destination's breaker, and its release;
-//   - retry_reports.go: taking a failure report and the policy's decision on it;
+//   - retry_reports.go: taking a failure report and the policy's decision on it, and telling
+//     the breaker when the failure is its probe's;
 //   - setaside.go: reports that are not the latest republish's failure, kept as notes;
 //   - retry_dead.go: dead-lettering, the parked wait for an operator, poison deliveries;
 //   - retry_operator.go: operator signals and updates, and retry from dead;
