@@ -30,6 +30,19 @@ type holdingGate struct{}
 
 func (holdingGate) Holds(string) (string, bool) { return string(workflows.BreakerOpen), true }
 
+// heldPolicy retries 100 ms after each failure, at most 3 times, with a 2 s quiet window,
+// under a breaker that probes one retry.
+func heldPolicy() policy.Policy {
+	return policy.Policy{
+		Name:        "held",
+		Backoff:     policy.Backoff{Kind: policy.Schedule, Delays: []time.Duration{100 * time.Millisecond}},
+		Jitter:      policy.Jitter{Mode: policy.NoJitter},
+		MaxRetries:  3,
+		QuietWindow: 2 * time.Second,
+		Breaker:     policy.Breaker{Probes: 1},
+	}
+}
+
 // A retry due while its destination's breaker is open is held on a real server: nothing is
 // published until the breaker's release, which goes out although the gate still holds. With
 // RECORD_HISTORIES set, the run's history is written there for the replay tests.
@@ -45,14 +58,7 @@ func TestHeldRetryIsReleasedOnADevServer(t *testing.T) {
 	require.NoError(t, w.Start())
 	defer w.Stop()
 
-	p := policy.Policy{
-		Name:        "held",
-		Backoff:     policy.Backoff{Kind: policy.Schedule, Delays: []time.Duration{100 * time.Millisecond}},
-		Jitter:      policy.Jitter{Mode: policy.NoJitter},
-		MaxRetries:  3,
-		QuietWindow: 2 * time.Second,
-		Breaker:     policy.Breaker{Probes: 1},
-	}
+	p := heldPolicy()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	id := message.WorkflowID("orders", msgID)
@@ -132,14 +138,7 @@ func TestFailedProbeOnADevServer(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = c.TerminateWorkflow(context.Background(), breakerID, "", "test over") })
 
-	p := policy.Policy{
-		Name:        "held",
-		Backoff:     policy.Backoff{Kind: policy.Schedule, Delays: []time.Duration{100 * time.Millisecond}},
-		Jitter:      policy.Jitter{Mode: policy.NoJitter},
-		MaxRetries:  3,
-		QuietWindow: 2 * time.Second,
-		Breaker:     policy.Breaker{Probes: 1},
-	}
+	p := heldPolicy()
 	id := message.WorkflowID(queue, msgID)
 	reports := &reporter.Reporter{Client: c, TaskQueue: taskQueue, Retention: time.Minute}
 	report := func(count int, key string) {
