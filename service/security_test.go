@@ -282,6 +282,16 @@ func TestTemporalDialBalancesOverAListOfFrontends(t *testing.T) {
 	}
 
 	a.stop()
+	// A call on its way to the frontend as it goes fails (Unavailable: the SDK's callers
+	// retry such calls); once the connection's loss is seen, the balancer leaves it out.
+	require.Eventually(t, func() bool {
+		for range 5 {
+			if call() != nil {
+				return false
+			}
+		}
+		return true
+	}, 10*time.Second, 10*time.Millisecond, "calls go on with the frontend left")
 	before := b.calls()
 	for range 20 {
 		require.NoError(t, call(), "a frontend lost: the other answers")
