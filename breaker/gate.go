@@ -16,7 +16,6 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/retry-scheduler/retry-scheduler/message"
-
 	"github.com/retry-scheduler/retry-scheduler/visibility"
 	"github.com/retry-scheduler/retry-scheduler/workflows"
 )
