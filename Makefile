@@ -56,7 +56,7 @@ export TEMPORAL_SERVER_DIR
 export TEMPORAL_POSTGRES_HOST TEMPORAL_POSTGRES_PORT TEMPORAL_POSTGRES_USER
 export RABBITMQ_URL
 
-.PHONY: help tools temporal-server chromium promtool kubectl rabbitmq build image replay run docs test test-unit test-integration test-e2e-postgres lint demo bench soak fuzz fuzz-short test-node test-cluster test-processes test-temporal-hosts clean
+.PHONY: help tools temporal-server chromium promtool kubectl rabbitmq build image replay run docs test test-unit test-integration test-e2e-postgres lint demo bench soak soak-cluster fuzz fuzz-short test-node test-cluster test-processes test-temporal-hosts clean
 
 help: ## List the targets
 	@echo "retry-scheduler: make <target>"
@@ -374,6 +374,9 @@ bench: $(TEMPORAL_CLI) rabbitmq $(if $(findstring postgres,$(BENCH_FLAGS)),tempo
 # and always leaves RabbitMQ running. Flags through SOAK_FLAGS, e.g. SOAK_FLAGS='-n 500 -kills 6'.
 soak: tools rabbitmq $(if $(findstring postgres,$(SOAK_FLAGS)),temporal-server) ## Fault soak: 10,000 messages through the pipeline under kills, restarts and network faults (cmd/soak/README.md)
 	@mkdir -p $(CACHE)/bin && $(GO) build -o $(CACHE)/bin/soak ./cmd/soak && $(CACHE)/bin/soak $(SOAK_FLAGS)
+
+soak-cluster: tools temporal-server ## The soak past one process: 2 bridges, 2 workers, a 3-node RabbitMQ cluster, Temporal on 2 hosts on PostgreSQL; node and host kills (cmd/soak/README.md)
+	@mkdir -p $(CACHE)/bin && $(GO) build -o $(CACHE)/bin/soak ./cmd/soak && $(CACHE)/bin/soak -cluster $(SOAK_FLAGS)
 
 clean: ## Remove bin/ and coverage files
 	rm -rf bin/ coverage.out coverage.html *.coverprofile

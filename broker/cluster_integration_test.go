@@ -64,7 +64,7 @@ func TestPublisherGetsPastAQuorumLeaderCrash(t *testing.T) {
 	}
 
 	// Every channel of the pool opens and first publishes to the queue as the leader dies.
-	leader.Kill()
+	require.NoError(t, leader.Kill())
 	errs := make([]error, channels)
 	var wg sync.WaitGroup
 	for i := range channels {

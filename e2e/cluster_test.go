@@ -75,7 +75,7 @@ func TestClusterNodeLossUnderLoad(t *testing.T) {
 
 	// Killed at once, while the first third is in flight: no rabbitmqctl call in between
 	// (each takes seconds on a busy machine, time enough for the flow to drain).
-	killedAt := publishThenFault(t, s, orders, "c", n, func() { killed.Kill() })
+	killedAt := publishThenFault(t, s, orders, "c", n, func() { require.NoError(t, killed.Kill()) })
 	t.Logf("killed %s, the bridge's node and the destination queue's leader, after %d of %d publishes began", killed.Name, n/3, n)
 
 	eventually(t, 5*time.Minute, func() error {

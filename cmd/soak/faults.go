@@ -2,13 +2,13 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"slices"
 	"strings"
 	"time"
 
-	"github.com/retry-scheduler/retry-scheduler/broker/brokertest"
 	"github.com/retry-scheduler/retry-scheduler/internal/devserver"
 )
 
@@ -22,25 +22,49 @@ const (
 	faultLatency         = "latency"          // added latency on every service link for a period
 	faultCutConfirms     = "cut-confirms"     // cut worker AMQP connections as the broker sends a publisher confirm
 	faultCutAMQP         = "cut-amqp"         // reset every service AMQP connection at once
-	faultCutTemporal     = "cut-temporal"     // partition bridge↔Temporal for a period
+	faultCutTemporal     = "cut-temporal"     // partition bridges↔Temporal for a period
+
+	// On a cluster (-rabbit-nodes 3, -temporal-hosts 2), in place of the broker's and the
+	// server's restarts:
+	faultRabbitNodeKill   = "rabbit-node-kill"   // SIGKILL the node leading the ingress queue, start it again
+	faultTemporalHostKill = "temporal-host-kill" // SIGKILL one Temporal host, start it again
 )
 
 var allFaults = []string{faultWorkerKill, faultBridgeKill, faultTemporalRestart, faultCloseConns,
-	faultRabbitRestart, faultLatency, faultCutConfirms, faultCutAMQP, faultCutTemporal}
+	faultRabbitRestart, faultLatency, faultCutConfirms, faultCutAMQP, faultCutTemporal,
+	faultRabbitNodeKill, faultTemporalHostKill}
 
-// parseFaults reads a comma-separated list ("all" for every kind).
-func parseFaults(s string) ([]string, error) {
-	if s == "" || s == "all" {
-		return allFaults, nil
+// faultKinds is the kinds -faults names ("all": every kind the run's shape has).
+func (o options) faultKinds() ([]string, error) {
+	// What each kind needs: the machine's single node (restarted in place), a cluster (a
+	// node can be lost), one Temporal server (restarted), several (one can be lost).
+	fits := func(kind string) error {
+		switch {
+		case kind == faultRabbitRestart && o.rabbitNodes > 1:
+			return errors.New("needs the machine's RabbitMQ (-rabbit-nodes 1); a cluster has rabbit-node-kill")
+		case kind == faultRabbitNodeKill && o.rabbitNodes < 3:
+			return errors.New("needs a RabbitMQ cluster (-rabbit-nodes 3)")
+		case kind == faultTemporalRestart && o.temporalHosts > 1:
+			return errors.New("needs one Temporal server (-temporal-hosts 1); several have temporal-host-kill")
+		case kind == faultTemporalHostKill && o.temporalHosts < 2:
+			return errors.New("needs several Temporal hosts (-temporal-hosts 2)")
+		}
+		return nil
 	}
-	if s == "none" {
+	switch o.faults {
+	case "", "all":
+		return slices.DeleteFunc(slices.Clone(allFaults), func(k string) bool { return fits(k) != nil }), nil
+	case "none":
 		return nil, nil
 	}
 	var out []string
-	for _, f := range strings.Split(s, ",") {
+	for _, f := range strings.Split(o.faults, ",") {
 		f = strings.TrimSpace(f)
 		if !slices.Contains(allFaults, f) {
 			return nil, fmt.Errorf("unknown fault %q (known: %s)", f, strings.Join(allFaults, ", "))
+		}
+		if err := fits(f); err != nil {
+			return nil, fmt.Errorf("fault %s %w", f, err)
 		}
 		if !slices.Contains(out, f) {
 			out = append(out, f)
@@ -61,8 +85,12 @@ func schedule(enabled []string, kills int, seed uint64) []string {
 			}
 		}
 	}
+	temporalKind := faultTemporalRestart
+	if on(faultTemporalHostKill) {
+		temporalKind = faultTemporalHostKill
+	}
 	temporal, bridge := 0, 0
-	if on(faultTemporalRestart) && kills > 0 {
+	if on(temporalKind) && kills > 0 {
 		temporal = 1
 		if kills >= 12 {
 			temporal = 2
@@ -75,7 +103,7 @@ func schedule(enabled []string, kills int, seed uint64) []string {
 	if !on(faultWorkerKill) {
 		workers = 0
 	}
-	add(faultTemporalRestart, temporal)
+	add(temporalKind, temporal)
 	add(faultBridgeKill, bridge)
 	add(faultWorkerKill, workers)
 	// The other kinds: one each on a short run, more on a long one.
@@ -85,6 +113,7 @@ func schedule(enabled []string, kills int, seed uint64) []string {
 	}
 	add(faultCloseConns, more)
 	add(faultRabbitRestart, 1)
+	add(faultRabbitNodeKill, more)
 	add(faultLatency, more)
 	add(faultCutConfirms, more+1)
 	add(faultCutAMQP, 1)
@@ -115,22 +144,22 @@ type faultRecord struct {
 
 // world is what the faults act on.
 type world struct {
-	workers  []*service
-	bridge   *service
-	temporal *devserver.Server
-	// amqpProxies carry the service's AMQP connections (workers first, then bridge);
-	// temporalProxies its Temporal connections (workers, bridge).
-	workerAMQP, bridgeAMQP         *proxy
-	workerTemporal, bridgeTemporal *proxy
-	rabbitAddr                     string
+	workers, bridges []*service
+	temporal         *temporalEnv
+	rabbit           *rabbitEnv
+	// The proxies of the service's connections: the workers' and the bridges' AMQP, the
+	// workers' and the bridges' Temporal gRPC.
+	workerAMQP, bridgeAMQP         *proxyGroup
+	workerTemporal, bridgeTemporal *proxyGroup
+	ingress                        string // the ingress queue, whose leader rabbit-node-kill kills
 	svcConnPrefix                  string
 	ledger                         *ledger
 	opts                           options
 	logf                           func(format string, args ...any)
 }
 
-func (w *world) proxies() []*proxy {
-	return []*proxy{w.workerAMQP, w.bridgeAMQP, w.workerTemporal, w.bridgeTemporal}
+func (w *world) proxies() []*proxyGroup {
+	return []*proxyGroup{w.workerAMQP, w.bridgeAMQP, w.workerTemporal, w.bridgeTemporal}
 }
 
 // restart kills s with SIGKILL, waits a moment and starts it again, then waits until it is
@@ -150,6 +179,57 @@ func (w *world) restart(ctx context.Context, s *service) (string, error) {
 	return fmt.Sprintf("%s killed, ready again %s after restart", s.name, time.Since(t0).Round(time.Millisecond)), nil
 }
 
+// restartTemporal kills a Temporal server (one host of several, or the only one) with
+// SIGKILL and starts it again on its store; on several hosts, the others take its shards
+// meanwhile.
+func (w *world) restartTemporal(ctx context.Context, h *devserver.Server) (string, error) {
+	if err := h.Kill(); err != nil {
+		return "", err
+	}
+	sleep(ctx, w.opts.restartDelay)
+	t0 := time.Now()
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
+	defer cancel()
+	if err := h.Restart(rctx); err != nil {
+		return "", err
+	}
+	what := h.Engine.ServerName()
+	if len(w.temporal.hosts) > 1 {
+		what = fmt.Sprintf("%s host at %s", what, h.Address)
+	}
+	return fmt.Sprintf("%s SIGKILLed; answering again %s after restart", what, time.Since(t0).Round(time.Millisecond)), nil
+}
+
+// killIngressLeader kills the RabbitMQ node that leads the ingress queue (a crash: the
+// bridges consuming through it lose their connection, the queue elects another leader),
+// waits until another node leads it, and starts the node again.
+func (w *world) killIngressLeader(ctx context.Context) (string, error) {
+	c := w.rabbit.cluster
+	leader, err := c.QueueLeader(w.ingress)
+	if err != nil {
+		return "", err
+	}
+	if err := leader.Kill(); err != nil {
+		return "", err
+	}
+	killed := time.Now()
+	moved := "no new leader seen within 60s"
+	for time.Since(killed) < time.Minute && ctx.Err() == nil {
+		if l, err := c.QueueLeader(w.ingress); err == nil && l != leader {
+			moved = fmt.Sprintf("%s leads it %s after the kill", l.Name, time.Since(killed).Round(100*time.Millisecond))
+			break
+		}
+		sleep(ctx, 500*time.Millisecond) // each rabbitmqctl call boots an Erlang VM: poll slowly
+	}
+	sleep(ctx, w.opts.restartDelay)
+	t0 := time.Now()
+	if err := leader.Restart(); err != nil {
+		return "", fmt.Errorf("%s: %w", moved, err)
+	}
+	return fmt.Sprintf("%s (leader of the ingress queue) SIGKILLed; %s; back in the cluster %s after restart",
+		leader.Name, moved, time.Since(t0).Round(100*time.Millisecond)), nil
+}
+
 // inject runs one fault to its end.
 func (w *world) inject(ctx context.Context, kind string, n int) faultRecord {
 	rec := faultRecord{Kind: kind, Start: time.Now()}
@@ -159,24 +239,19 @@ func (w *world) inject(ctx context.Context, kind string, n int) faultRecord {
 	case faultWorkerKill:
 		detail, err = w.restart(ctx, w.workers[n%len(w.workers)])
 	case faultBridgeKill:
-		detail, err = w.restart(ctx, w.bridge)
-	case faultTemporalRestart:
-		if err = w.temporal.Kill(); err == nil {
-			sleep(ctx, w.opts.restartDelay)
-			t0 := time.Now()
-			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
-			err = w.temporal.Restart(rctx)
-			cancel()
-			detail = fmt.Sprintf("%s SIGKILLed; answering again %s after restart", w.temporal.Engine.ServerName(), time.Since(t0).Round(time.Millisecond))
-		}
+		detail, err = w.restart(ctx, w.bridges[n%len(w.bridges)])
+	case faultTemporalRestart, faultTemporalHostKill:
+		detail, err = w.restartTemporal(ctx, w.temporal.hosts[n%len(w.temporal.hosts)])
 	case faultCloseConns:
 		var closed int
-		closed, err = brokertest.CloseConnections(ctx, w.svcConnPrefix, "soak: forced close")
+		closed, err = w.rabbit.closeConnections(ctx, w.svcConnPrefix, "soak: forced close")
 		detail = fmt.Sprintf("%d connections named %s* closed by the broker", closed, w.svcConnPrefix)
 	case faultRabbitRestart:
 		var away time.Duration
-		away, err = restartRabbit(ctx, w.rabbitAddr)
+		away, err = restartRabbit(ctx, w.rabbit.local)
 		detail = fmt.Sprintf("stop_app/start_app took %s", away.Round(time.Millisecond))
+	case faultRabbitNodeKill:
+		detail, err = w.killIngressLeader(ctx)
 	case faultLatency:
 		for _, p := range w.proxies() {
 			p.setLatency(w.opts.latency)
@@ -187,10 +262,10 @@ func (w *world) inject(ctx context.Context, kind string, n int) faultRecord {
 		}
 		detail = fmt.Sprintf("+%s each way on every service link for %s", w.opts.latency, w.opts.faultPeriod)
 	case faultCutConfirms:
-		before := w.workerAMQP.confirmsDropped.Load()
+		before := w.workerAMQP.confirmsDropped()
 		left := w.workerAMQP.armConfirmCuts(2, w.opts.faultPeriod, ctx.Done())
 		detail = fmt.Sprintf("%d worker connections cut as a publisher confirm came back (confirm dropped); %d cuts unused",
-			w.workerAMQP.confirmsDropped.Load()-before, left)
+			w.workerAMQP.confirmsDropped()-before, left)
 	case faultCutAMQP:
 		n := w.workerAMQP.cutAll() + w.bridgeAMQP.cutAll()
 		detail = fmt.Sprintf("%d AMQP connections reset", n)
@@ -198,7 +273,7 @@ func (w *world) inject(ctx context.Context, kind string, n int) faultRecord {
 		n := w.bridgeTemporal.partition()
 		sleep(ctx, w.opts.faultPeriod)
 		w.bridgeTemporal.heal()
-		detail = fmt.Sprintf("bridge↔Temporal partitioned for %s (%d connections reset, new ones refused)", w.opts.faultPeriod, n)
+		detail = fmt.Sprintf("bridges↔Temporal partitioned for %s (%d connections reset, new ones refused)", w.opts.faultPeriod, n)
 	default:
 		err = fmt.Errorf("unknown fault %q", kind)
 	}
@@ -266,10 +341,12 @@ func (o options) estimate(kind string) time.Duration {
 	switch kind {
 	case faultWorkerKill, faultBridgeKill:
 		return o.restartDelay + time.Second
-	case faultTemporalRestart:
+	case faultTemporalRestart, faultTemporalHostKill:
 		return o.restartDelay + 3*time.Second
 	case faultRabbitRestart:
 		return 6 * time.Second
+	case faultRabbitNodeKill:
+		return o.restartDelay + 15*time.Second
 	case faultLatency, faultCutTemporal, faultCutConfirms:
 		return o.faultPeriod
 	default:

@@ -38,6 +38,9 @@ type options struct {
 	faults        string
 	seed          uint64
 	workers       int
+	bridges       int
+	rabbitNodes   int // 1: the machine's node; more: a private cluster, quorum queues
+	temporalHosts int // more than 1: Temporal server hosts on one PostgreSQL
 	delay         time.Duration
 	quietWindow   time.Duration
 	maxRetries    int
@@ -65,6 +68,10 @@ func parseFlags(args []string) (options, error) {
 	fs.StringVar(&o.faults, "faults", "all", "fault kinds, comma-separated, or all / none: "+strings.Join(allFaults, ","))
 	fs.Uint64Var(&o.seed, "seed", 1, "seed of the per-message plan and the fault order")
 	fs.IntVar(&o.workers, "workers", 2, "worker processes")
+	fs.IntVar(&o.bridges, "bridges", 1, "bridge processes")
+	fs.IntVar(&o.rabbitNodes, "rabbit-nodes", 1, "1: the machine's RabbitMQ; 3 or more: a private cluster of that many nodes with quorum queues")
+	fs.IntVar(&o.temporalHosts, "temporal-hosts", 1, "Temporal server hosts (more than 1 needs -engine postgres): one cluster, one membership ring")
+	cluster := fs.Bool("cluster", false, "the cluster shape: -engine postgres -temporal-hosts 2 -rabbit-nodes 3 -bridges 2 -workers 2, unless given")
 	fs.DurationVar(&o.delay, "delay", 500*time.Millisecond, "the soak policy's retry delay")
 	// 30s, the built-in policies' quiet window: longer than the longest stall the schedule
 	// makes (a 10 s partition and its recovery). With a quiet window shorter than the stalls,
@@ -85,6 +92,15 @@ func parseFlags(args []string) (options, error) {
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
+	if *cluster {
+		given := map[string]bool{}
+		fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+		for name, value := range map[string]string{"engine": string(devserver.EnginePostgres), "temporal-hosts": "2", "rabbit-nodes": "3", "bridges": "2", "workers": "2"} {
+			if !given[name] {
+				_ = fs.Set(name, value)
+			}
+		}
+	}
 	var err error
 	if o.engine, err = devserver.ParseEngine(*engine); err != nil {
 		return o, err
@@ -101,6 +117,14 @@ func parseFlags(args []string) (options, error) {
 		return o, errors.New("-rate must be positive")
 	case o.workers < 1:
 		return o, errors.New("-workers must be at least 1")
+	case o.bridges < 1:
+		return o, errors.New("-bridges must be at least 1")
+	case o.rabbitNodes == 2 || o.rabbitNodes < 1:
+		return o, errors.New("-rabbit-nodes must be 1 or at least 3 (a quorum queue on two nodes stops when one is lost)")
+	case o.temporalHosts < 1:
+		return o, errors.New("-temporal-hosts must be at least 1")
+	case o.temporalHosts > 1 && o.engine != devserver.EnginePostgres:
+		return o, errors.New("-temporal-hosts above 1 needs -engine postgres (the dev server's SQLite file is one process's)")
 	case o.maxRetries < 1:
 		return o, errors.New("-max-retries must be at least 1")
 	case o.hostile < 0:
@@ -108,7 +132,7 @@ func parseFlags(args []string) (options, error) {
 	case o.kills < 0:
 		return o, errors.New("-kills must not be negative")
 	}
-	if _, err := parseFaults(o.faults); err != nil {
+	if _, err := o.faultKinds(); err != nil {
 		return o, err
 	}
 	return o, nil

@@ -26,8 +26,9 @@ type proxy struct {
 	down    atomic.Bool  // refuse new connections
 
 	// confirmCuts > 0 arms the proxy: a link on which the broker sends basic.ack is cut
-	// before the ack reaches the client; each such cut decrements it.
-	confirmCuts atomic.Int64
+	// before the ack reaches the client; each such cut decrements it. The proxies of one
+	// group share it, so that a group is armed for n cuts whichever node they happen on.
+	confirmCuts *atomic.Int64
 
 	mu     sync.Mutex
 	links  map[*link]struct{}
@@ -55,13 +56,14 @@ func (l *link) close() {
 	})
 }
 
-// startProxy listens on a free loopback port and forwards to upstream.
-func startProxy(name, upstream string, amqp bool, log *slog.Logger) (*proxy, error) {
+// startProxy listens on a free loopback port and forwards to upstream; cuts is the armed
+// confirm cuts it shares with its group.
+func startProxy(name, upstream string, amqp bool, cuts *atomic.Int64, log *slog.Logger) (*proxy, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, fmt.Errorf("proxy %s: listen: %w", name, err)
 	}
-	p := &proxy{name: name, upstream: upstream, amqp: amqp, ln: ln, log: log.With("proxy", name), links: map[*link]struct{}{}}
+	p := &proxy{name: name, upstream: upstream, amqp: amqp, confirmCuts: cuts, ln: ln, log: log.With("proxy", name), links: map[*link]struct{}{}}
 	p.wg.Add(1)
 	go p.acceptLoop()
 	return p, nil
@@ -220,28 +222,6 @@ func (p *proxy) partition() int {
 }
 
 func (p *proxy) heal() { p.down.Store(false) }
-
-// armConfirmCuts makes the next n connections on which the broker sends a publisher
-// confirm be cut before the confirm arrives (the broker has the message; the client does
-// not know). It returns how many were left unused (disarmed) after wait.
-func (p *proxy) armConfirmCuts(n int, wait time.Duration, stop <-chan struct{}) int {
-	p.confirmCuts.Store(int64(n))
-	deadline := time.NewTimer(wait)
-	defer deadline.Stop()
-	tick := time.NewTicker(50 * time.Millisecond)
-	defer tick.Stop()
-wait:
-	for p.confirmCuts.Load() > 0 {
-		select {
-		case <-stop:
-			break wait
-		case <-deadline.C:
-			break wait
-		case <-tick.C:
-		}
-	}
-	return int(p.confirmCuts.Swap(0))
-}
 
 // Close stops listening and cuts every connection.
 func (p *proxy) Close() {

@@ -23,7 +23,8 @@ type report struct {
 	Command  string    `json:"command"`
 	Started  time.Time `json:"started"`
 	Elapsed  string    `json:"elapsed"`
-	Temporal string    `json:"temporal"` // the engine's server
+	Temporal string    `json:"temporal"` // the engine's server, and its hosts when several
+	RabbitMQ string    `json:"rabbitmq"` // the machine's node or a cluster
 	// Commit is the checkout's commit the soak and the service were built from, Dirty set
 	// when it had uncommitted changes: the code the figures belong to.
 	Commit       string         `json:"commit"`
@@ -40,7 +41,7 @@ type report struct {
 
 func printReport(w io.Writer, r report) {
 	f := r.Figures
-	fmt.Fprintf(w, "\nretry-scheduler soak %s: %d messages, %d process kills, %d faults, %s (%s)\ncode: commit %s (dirty %t)\n\n", r.RunID, f.Messages, f.ProcessKills, f.Faults, r.Elapsed, r.Temporal, r.Commit, r.Dirty)
+	fmt.Fprintf(w, "\nretry-scheduler soak %s: %d messages, %d process kills, %d faults, %s (%s; %s)\ncode: commit %s (dirty %t)\n\n", r.RunID, f.Messages, f.ProcessKills, f.Faults, r.Elapsed, r.Temporal, r.RabbitMQ, r.Commit, r.Dirty)
 	row := func(label string, v any, note string) {
 		fmt.Fprintf(w, "  %-36s %9v  %s\n", label, v, note)
 	}
@@ -84,7 +85,7 @@ func printReport(w io.Writer, r report) {
 	row("duplicate envelopes (same dlqId)", f.DuplicateEnvelopes, "")
 	row("failure reports", f.FailureReports, "confirmed reports of the consumer")
 	row("messages with more than one run", f.MultiRunMessages, "a report arrived after a run had ended")
-	row("process kills", f.ProcessKills, fmt.Sprintf("worker %d, bridge %d, %s %d", f.WorkerKills, f.BridgeKills, r.Temporal, f.TemporalKills))
+	row("process kills", f.ProcessKills, fmt.Sprintf("worker %d, bridge %d, Temporal %d, RabbitMQ node %d", f.WorkerKills, f.BridgeKills, f.TemporalKills, f.RabbitNodeKills))
 	row("faults (errors)", fmt.Sprintf("%d (%d)", f.Faults, f.FaultErrors), "")
 	if len(r.Problems) > 0 {
 		fmt.Fprintf(w, "\nfirst problems (of %d):\n", len(r.Problems))
@@ -124,7 +125,7 @@ func commandLine() string {
 func optionsJSON(o options, faults []string, rate float64) map[string]any {
 	return map[string]any{
 		"n": o.n, "rate": o.rate, "effective_rate": round1(rate), "duration": o.duration.String(), "kills": o.kills, "faults": faults,
-		"seed": o.seed, "workers": o.workers, "delay": o.delay.String(), "quiet_window": o.quietWindow.String(),
+		"seed": o.seed, "workers": o.workers, "bridges": o.bridges, "rabbit_nodes": o.rabbitNodes, "temporal_hosts": o.temporalHosts, "delay": o.delay.String(), "quiet_window": o.quietWindow.String(),
 		"max_retries": o.maxRetries, "latency": o.latency.String(), "fault_period": o.faultPeriod.String(),
 		"min_gap": o.minGap.String(), "restart_delay": o.restartDelay.String(), "engine": string(o.engine),
 	}

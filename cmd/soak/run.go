@@ -41,23 +41,13 @@ func run(ctx context.Context, o options) (code int, err error) {
 		fmt.Printf("[%7s] %s\n", time.Since(started).Round(time.Second), fmt.Sprintf(format, args...))
 	}
 	log := newLogger(o.verbose)
-	faultKinds, _ := parseFaults(o.faults)
-	rabbit, err := rabbitAddr(o.rabbitURL)
+	faultKinds, _ := o.faultKinds()
+	rabbit, err := startRabbit(o, logf)
 	if err != nil {
 		return 2, err
 	}
-	if _, err := exec.LookPath("rabbitmqctl"); err != nil {
-		return 2, fmt.Errorf("rabbitmqctl not found: the soak restarts the broker and closes connections with it")
-	}
-	// Whatever happens from here on, the broker is left running for everyone else.
-	defer func() {
-		if rerr := ensureRabbit(rabbit); rerr != nil {
-			fmt.Fprintln(os.Stderr, "soak: RabbitMQ is NOT running again:", rerr)
-		}
-	}()
-	if err := ensureRabbit(rabbit); err != nil {
-		return 2, err
-	}
+	// Whatever happens from here on, the machine's broker is left running for everyone else.
+	defer rabbit.close()
 
 	n := newNames(newRunID())
 	dir, err := os.MkdirTemp("", "retry-scheduler-"+n.id+"-")
@@ -81,73 +71,41 @@ func run(ctx context.Context, o options) (code int, err error) {
 		return 2, fmt.Errorf("build the service: %w\n%s", err, out)
 	}
 
-	// Temporal on a free port with its own store: the dev server's file, or a pair of
-	// PostgreSQL databases named after the run, kept (like the file) unless the soak passes.
-	srvOpts := devserver.Options{UIPort: -1, DBFile: filepath.Join(dir, "temporal.db")}
-	if o.engine == devserver.EnginePostgres {
-		pg := o.postgres
-		pg.Database = "retry_scheduler_" + strings.ReplaceAll(n.id, "-", "_")
-		srvOpts = devserver.Options{Engine: o.engine, Postgres: pg, LogFile: filepath.Join(dir, "temporal.log")}
-	}
-	srv, err := devserver.Start(ctx, srvOpts)
+	temporal, err := startTemporal(ctx, o, dir, n.id, logf)
 	if err != nil {
-		return 2, fmt.Errorf("start the %s: %w", o.engine.ServerName(), err)
+		return 2, err
 	}
-	defer func() {
-		_ = srv.Stop()
-		if srv.Engine != devserver.EnginePostgres {
-			return
-		}
-		if passed && !o.keep {
-			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
-			defer cancel()
-			if err := srv.DropDatabases(dctx); err != nil {
-				fmt.Fprintln(os.Stderr, "soak: drop the Temporal databases:", err)
-			}
-		} else {
-			fmt.Printf("Temporal databases kept: %s and %s\n", srv.Database, srv.VisibilityDatabase)
-		}
-	}()
-	if srv.Engine == devserver.EnginePostgres {
-		logf("%s at %s (pid %d), databases %s and %s, log %s", srv.Engine.ServerName(), srv.Address, srv.Pid(), srv.Database, srv.VisibilityDatabase, srv.LogFile)
-	} else {
-		logf("Temporal dev server at %s (pid %d), DB %s", srv.Address, srv.Pid(), srv.DBFile)
-	}
+	defer func() { temporal.stop(passed && !o.keep) }()
 
-	// Proxies: every connection of the service goes through one we control.
-	var proxies []*proxy
+	// Proxies: every connection of the service goes through one we control, one per node
+	// or host it can reach.
+	w := &world{rabbit: rabbit, temporal: temporal, ingress: n.ingress, svcConnPrefix: n.svcName + "-", opts: o, logf: logf}
 	defer func() {
-		for _, p := range proxies {
-			p.Close()
+		for _, g := range w.proxies() {
+			if g != nil {
+				g.Close()
+			}
 		}
 	}()
-	mk := func(name, upstream string, amqp bool) (*proxy, error) {
-		p, err := startProxy(name, upstream, amqp, log)
-		if err == nil {
-			proxies = append(proxies, p)
-		}
-		return p, err
-	}
-	w := &world{rabbitAddr: rabbit, svcConnPrefix: n.svcName + "-", opts: o, logf: logf, temporal: srv}
-	if w.workerAMQP, err = mk("worker-amqp", rabbit, true); err != nil {
+	if w.workerAMQP, err = startGroup("worker-amqp", rabbit.nodes, true, log); err != nil {
 		return 2, err
 	}
-	if w.bridgeAMQP, err = mk("bridge-amqp", rabbit, true); err != nil {
+	if w.bridgeAMQP, err = startGroup("bridge-amqp", rabbit.nodes, true, log); err != nil {
 		return 2, err
 	}
-	if w.workerTemporal, err = mk("worker-temporal", srv.Address, false); err != nil {
+	if w.workerTemporal, err = startGroup("worker-temporal", temporal.addrs(), false, log); err != nil {
 		return 2, err
 	}
-	if w.bridgeTemporal, err = mk("bridge-temporal", srv.Address, false); err != nil {
+	if w.bridgeTemporal, err = startGroup("bridge-temporal", temporal.addrs(), false, log); err != nil {
 		return 2, err
 	}
 
 	// Queues and the policy file.
 	clientPrefix := n.id + "-client-"
-	if err := broker.DeclareQueues(broker.Config{URL: o.rabbitURL, ConnectionName: clientPrefix + "setup"}, log, n.all()...); err != nil {
+	if err := broker.DeclareQueues(broker.Config{URL: rabbit.url, ConnectionName: clientPrefix + "setup", QueueType: rabbit.queueType()}, log, n.all()...); err != nil {
 		return 2, err
 	}
-	defer deleteQueues(o.rabbitURL, clientPrefix+"teardown", n.all()...)
+	defer deleteQueues(rabbit.url, clientPrefix+"teardown", n.all()...)
 	policyFile := filepath.Join(dir, "policies.yaml")
 	// The service's defaults otherwise: the circuit breakers are on, as in production. The
 	// consumer fails most first deliveries on purpose, so they open and hold retries (a held
@@ -167,17 +125,18 @@ routes:
 		return 2, err
 	}
 
-	// The service: workers and a bridge, each its own process.
-	svcArgs := func(mode string, amqpProxy, temporalProxy *proxy) ([]string, string, error) {
+	// The service: workers and bridges, each its own process.
+	svcArgs := func(mode string, amqpProxy, temporalProxy *proxyGroup) ([]string, string, error) {
 		port, err := devserver.FreePort()
 		if err != nil {
 			return nil, "", err
 		}
 		addr := fmt.Sprintf("127.0.0.1:%d", port)
 		return []string{mode,
-			"-rabbitmq-url", viaProxy(o.rabbitURL, amqpProxy.Addr()),
-			"-temporal-address", temporalProxy.Addr(),
-			"-namespace", srv.Namespace,
+			"-rabbitmq-url", amqpProxy.rabbitURLs(rabbit.url),
+			"-temporal-address", temporalProxy.temporalAddress(),
+			"-namespace", temporal.namespace(),
+			"-queue-type", rabbit.queueType(),
 			"-task-queue", n.taskQueue,
 			"-retry-queue", n.ingress,
 			"-manual-review-queue", n.dlq,
@@ -204,12 +163,19 @@ routes:
 		all = append(all, s)
 		w.workers = append(w.workers, s)
 	}
-	args, addr, err := svcArgs(config.ModeBridge, w.bridgeAMQP, w.bridgeTemporal)
-	if err != nil {
-		return 2, err
+	for i := range o.bridges {
+		args, addr, err := svcArgs(config.ModeBridge, w.bridgeAMQP, w.bridgeTemporal)
+		if err != nil {
+			return 2, err
+		}
+		name := "bridge"
+		if o.bridges > 1 {
+			name = fmt.Sprintf("bridge-%d", i+1)
+		}
+		s := newService(name, bin, dir, addr, args)
+		all = append(all, s)
+		w.bridges = append(w.bridges, s)
 	}
-	w.bridge = newService("bridge", bin, dir, addr, args)
-	all = append(all, w.bridge)
 	for _, s := range all {
 		if err := s.start(); err != nil {
 			return 2, err
@@ -220,7 +186,7 @@ routes:
 			return 2, err
 		}
 	}
-	logf("service up: %d workers and a bridge (logs in %s)", o.workers, dir)
+	logf("service up: %d workers and %d bridges on %s and %s (logs in %s)", o.workers, o.bridges, rabbit.describe(), temporal.describe(), dir)
 
 	// Traffic.
 	plans := make([]plan, o.n)
@@ -230,7 +196,7 @@ routes:
 	bad := makeHostile(int(float64(o.n)*o.hostile+0.5), n.ingress, n.dlq, n.originals)
 	l := newLedger(plans, bad)
 	w.ledger = l
-	tr := newTraffic(o.rabbitURL, clientPrefix, n.ingress, n.dlq, l, log)
+	tr := newTraffic(rabbit.url, clientPrefix, n.ingress, n.dlq, l, log)
 	defer tr.close()
 	trafficCtx, stopTraffic := context.WithCancel(ctx)
 	defer stopTraffic()
@@ -268,7 +234,7 @@ routes:
 	defer poll.Stop()
 	progress := func() {
 		depth := "?"
-		if d, err := queueDepth(o.rabbitURL, clientPrefix+"monitor", n.ingress); err == nil {
+		if d, err := queueDepth(rabbit.url, clientPrefix+"monitor", n.ingress); err == nil {
 			depth = fmt.Sprint(d[n.ingress])
 		}
 		logf("published %d/%d · deliveries %d (dup %d) · taken %d · reports %d · dead letters %d · settled %d/%d · ingress %s",
@@ -308,7 +274,7 @@ drain:
 			if !settled && idle < max(time.Minute, 10*o.quietWindow) || settled && idle < 2*o.quietWindow+5*time.Second {
 				continue
 			}
-			if d, err := queueDepth(o.rabbitURL, clientPrefix+"monitor", n.ingress); err == nil && d[n.ingress] == 0 {
+			if d, err := queueDepth(rabbit.url, clientPrefix+"monitor", n.ingress); err == nil && d[n.ingress] == 0 {
 				if !settled {
 					logf("nothing arrived for %s with %d messages unsettled; counting", idle.Round(time.Second), int64(o.n)-l.settled.Load())
 				}
@@ -329,7 +295,7 @@ drain:
 	logf("counting: asking Temporal for %d workflows", o.n)
 	vctx, cancelVerify := context.WithTimeout(context.WithoutCancel(ctx), o.verifyTimeout)
 	defer cancelVerify()
-	tc, err := client.DialContext(vctx, client.Options{HostPort: srv.Address, Namespace: srv.Namespace, Logger: quietSDKLogger()})
+	tc, err := client.DialContext(vctx, client.Options{HostPort: temporal.hosts[0].Address, Namespace: temporal.namespace(), Logger: quietSDKLogger()})
 	if err != nil {
 		return 2, fmt.Errorf("connect to Temporal for the count: %w", err)
 	}
@@ -340,7 +306,7 @@ drain:
 		ids = append(ids, wid(r))
 	}
 	outcomes := fetchOutcomes(vctx, tc, ids, time.Now().Add(o.verifyTimeout/2), logf)
-	runs, err := runsPerWorkflow(vctx, tc, srv.Namespace)
+	runs, err := runsPerWorkflow(vctx, tc, temporal.namespace())
 	if err != nil {
 		logf("listing runs: %v (runs per message not counted)", err)
 	}
@@ -358,19 +324,27 @@ drain:
 	for _, s := range w.workers {
 		f.WorkerKills += s.kills
 	}
-	f.BridgeKills = w.bridge.kills
+	for _, s := range w.bridges {
+		f.BridgeKills += s.kills
+	}
 	for _, fr := range faults {
-		if fr.Kind == faultTemporalRestart && fr.Error == "" {
+		if fr.Error != "" {
+			continue
+		}
+		switch fr.Kind {
+		case faultTemporalRestart, faultTemporalHostKill:
 			f.TemporalKills++
+		case faultRabbitNodeKill:
+			f.RabbitNodeKills++
 		}
 	}
-	f.ProcessKills = f.WorkerKills + f.BridgeKills + f.TemporalKills
+	f.ProcessKills = f.WorkerKills + f.BridgeKills + f.TemporalKills + f.RabbitNodeKills
 
 	commit, dirty := checkout.Describe()
 	rep := report{
 		Commit: commit, Dirty: dirty,
 		RunID: n.id, Command: commandLine(), Started: started, Elapsed: time.Since(started).Round(time.Second).String(),
-		Temporal: o.engine.ServerName(), Machine: machineInfo(o.engine), Options: optionsJSON(o, faultKinds, rate), Figures: f, Faults: faults,
+		Temporal: temporal.describe(), RabbitMQ: rabbit.describe(), Machine: machineInfo(o.engine), Options: optionsJSON(o, faultKinds, rate), Figures: f, Faults: faults,
 		ProduceError: errString(produceErr), RunDirectory: dir,
 	}
 	rep.Passed = f.Lost == 0 && f.Unexpected == 0 && f.Published == o.n

@@ -169,6 +169,7 @@ type figures struct {
 	WorkerKills          int `json:"worker_kills"`
 	BridgeKills          int `json:"bridge_kills"`
 	TemporalKills        int `json:"temporal_kills"`
+	RabbitNodeKills      int `json:"rabbitmq_node_kills"`
 	Faults               int `json:"faults"`
 	FaultErrors          int `json:"fault_errors"`
 	DeliveredAfterRetry1 int `json:"delivered_after_1_retry"`

@@ -1,7 +1,7 @@
-// Package rabbitcluster runs a private RabbitMQ cluster for a test: several nodes of the
-// machine's rabbitmq-server on free loopback ports, each with its own data, log and config
-// files under a temporary directory and one Erlang cookie, so the shared broker is never
-// touched. A test can kill a node (SIGKILL, a crash) and start it again.
+// Package rabbitcluster runs a private RabbitMQ cluster for a test or a soak: several nodes
+// of the machine's rabbitmq-server on free loopback ports, each with its own data, log and
+// config files under a temporary directory and one Erlang cookie, so the shared broker is
+// never touched. Its user can kill a node (SIGKILL, a crash) and start it again.
 //
 // The first node boots alone; the others boot at once, joining it through classic
 // peer discovery (the cluster_formation settings in their config files), which spares the
@@ -13,9 +13,9 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -31,12 +31,11 @@ import (
 	"github.com/retry-scheduler/retry-scheduler/internal/testenv"
 )
 
-// Cluster is a running test cluster.
+// Cluster is a running cluster.
 type Cluster struct {
 	// Nodes are the cluster's nodes; Nodes[0] booted first.
 	Nodes []*Node
 
-	tb       testing.TB
 	dir, bin string
 }
 
@@ -58,28 +57,56 @@ type Node struct {
 // bootTimeout bounds one node's boot, joining included (about 10 s on a busy two-core machine).
 const bootTimeout = 2 * time.Minute
 
+// ErrNotInstalled is New's error when the machine has no rabbitmq-server and rabbitmqctl.
+var ErrNotInstalled = errors.New("RabbitMQ is not installed (no rabbitmq-server and rabbitmqctl)")
+
 // Start starts a cluster of n nodes for the test and kills it, removing its files, in
 // tb.Cleanup. Without RabbitMQ installed it skips the test, or fails it under CI=true.
 func Start(tb testing.TB, n int) *Cluster {
 	tb.Helper()
+	c, err := New(n, tb.Logf)
+	if errors.Is(err, ErrNotInstalled) {
+		testenv.Missing(tb, "%v", err)
+	}
+	if err != nil {
+		tb.Fatalf("RabbitMQ cluster: %v", err)
+	}
+	tb.Cleanup(c.Close)
+	return c
+}
+
+// New starts a cluster of n nodes, which runs until Close. On an error it leaves nothing
+// behind: no node, no file. logf, if not nil, is told how long the cluster took to form.
+func New(n int, logf func(format string, args ...any)) (_ *Cluster, err error) {
+	if n < 1 {
+		return nil, fmt.Errorf("a cluster of %d nodes", n)
+	}
 	bin := brokertest.RabbitBinDir()
 	if bin == "" {
-		testenv.Missing(tb, "RabbitMQ is not installed (no rabbitmq-server and rabbitmqctl)")
+		return nil, ErrNotInstalled
 	}
-	dir, err := os.MkdirTemp("", "rabbitmq-cluster-test-")
+	dir, err := os.MkdirTemp("", "rabbitmq-cluster-")
 	if err != nil {
-		tb.Fatalf("cluster dir: %v", err)
+		return nil, fmt.Errorf("cluster dir: %w", err)
 	}
-	tb.Cleanup(func() { _ = os.RemoveAll(dir) })
+	c := &Cluster{dir: dir, bin: bin}
+	defer func() {
+		if err != nil {
+			c.Close()
+		}
+	}()
 	_ = os.Chmod(dir, 0o755) // the broker may drop privileges; let it read its files
-	c := &Cluster{tb: tb, dir: dir, bin: bin}
 
 	// One cookie for every node and rabbitmqctl, in the HOME they share.
 	cookie := make([]byte, 16)
 	_, _ = rand.Read(cookie)
-	c.write(".erlang.cookie", strings.ToUpper(hex.EncodeToString(cookie)), 0o400)
-	c.write("enabled_plugins", "[].\n", 0o644)
-	c.write("rabbitmq-env.conf", "", 0o644)
+	if err := errors.Join(
+		c.write(".erlang.cookie", strings.ToUpper(hex.EncodeToString(cookie)), 0o400),
+		c.write("enabled_plugins", "[].\n", 0o644),
+		c.write("rabbitmq-env.conf", "", 0o644),
+	); err != nil {
+		return nil, err
+	}
 
 	suffix := make([]byte, 4)
 	_, _ = rand.Read(suffix)
@@ -87,31 +114,55 @@ func Start(tb testing.TB, n int) *Cluster {
 	var taken []int
 	for i := range n {
 		node := &Node{c: c, index: i, Name: fmt.Sprintf("%s-%d@localhost", prefix, i+1)}
-		node.Port = distinctPort(tb, 0, &taken)
+		if node.Port, err = distinctPort(0, &taken); err != nil {
+			return nil, err
+		}
 		// rabbitmqctl uses distPort+10000..+10010: stay below 55525.
-		node.distPort = distinctPort(tb, 21000, &taken)
+		if node.distPort, err = distinctPort(21000, &taken); err != nil {
+			return nil, err
+		}
 		node.URL = fmt.Sprintf("amqp://guest:guest@127.0.0.1:%d/", node.Port)
 		c.Nodes = append(c.Nodes, node)
 	}
 	for _, node := range c.Nodes {
-		node.writeConfig()
+		if err := node.writeConfig(); err != nil {
+			return nil, err
+		}
 	}
-	tb.Cleanup(c.kill)
 
 	start := time.Now()
-	c.Nodes[0].start()
-	c.Nodes[0].awaitAMQP()
-	for _, node := range c.Nodes[1:] {
-		node.start()
+	if err := c.Nodes[0].start(); err != nil {
+		return nil, err
+	}
+	if err := c.Nodes[0].awaitAMQP(); err != nil {
+		return nil, err
 	}
 	for _, node := range c.Nodes[1:] {
-		node.awaitAMQP()
+		if err := node.start(); err != nil {
+			return nil, err
+		}
+	}
+	for _, node := range c.Nodes[1:] {
+		if err := node.awaitAMQP(); err != nil {
+			return nil, err
+		}
 	}
 	if err := c.awaitRunning(len(c.Nodes)); err != nil {
-		tb.Fatalf("cluster did not form: %v", err)
+		return nil, fmt.Errorf("cluster did not form: %w", err)
 	}
-	tb.Logf("RabbitMQ cluster of %d nodes up in %s", n, time.Since(start).Round(100*time.Millisecond))
-	return c
+	if logf != nil {
+		logf("RabbitMQ cluster of %d nodes up in %s", n, time.Since(start).Round(100*time.Millisecond))
+	}
+	return c, nil
+}
+
+// Close kills every node and removes the cluster's files. Closing again does nothing.
+func (c *Cluster) Close() {
+	for _, n := range c.Nodes {
+		// A failed SIGKILL leaves a node whose parent-death signal still ends it with us.
+		_ = n.Kill()
+	}
+	_ = os.RemoveAll(c.dir)
 }
 
 // URLs is every node's URL, comma-separated: a broker.Config.URL for the whole cluster.
@@ -133,51 +184,37 @@ func (c *Cluster) NodeByPort(port int) *Node {
 	return nil
 }
 
-// Ctl runs rabbitmqctl against a running node of the cluster (the first one that answers),
-// returning its output.
-func (c *Cluster) Ctl(args ...string) ([]byte, error) {
-	var lastErr error
-	for _, n := range c.Nodes {
-		if !n.Running() {
-			continue
-		}
-		out, err := n.Ctl(args...)
-		if err == nil {
-			return out, nil
-		}
-		lastErr = fmt.Errorf("rabbitmqctl -n %s %s: %w: %s", n.Name, strings.Join(args, " "), err, out)
-	}
-	if lastErr == nil {
-		lastErr = fmt.Errorf("rabbitmqctl %s: no node running", strings.Join(args, " "))
-	}
-	return nil, lastErr
-}
-
 // Kill kills the node with SIGKILL (a crash: no connection is closed cleanly) and waits
-// until it is gone.
-func (n *Node) Kill() {
+// until it is gone. Killing a node that is not running does nothing.
+func (n *Node) Kill() error {
 	n.mu.Lock()
 	p := n.proc
 	n.mu.Unlock()
 	if p == nil {
-		return
+		return nil
 	}
 	if err := p.Kill(); err != nil {
-		n.c.tb.Fatalf("kill %s: %v", n.Name, err)
+		return fmt.Errorf("kill %s: %w", n.Name, err)
 	}
+	return nil
 }
 
 // Restart starts a killed node again and waits until it is back in the cluster.
-func (n *Node) Restart() {
-	n.c.tb.Helper()
+func (n *Node) Restart() error {
 	if n.Running() {
-		n.c.tb.Fatalf("restart %s: still running", n.Name)
+		return fmt.Errorf("restart %s: still running", n.Name)
 	}
-	n.start()
-	n.awaitAMQP()
+	if err := n.start(); err != nil {
+		return err
+	}
+	if err := n.awaitAMQP(); err != nil {
+		// Down again, so that a caller may try Restart once more.
+		return errors.Join(fmt.Errorf("restart: %w", err), n.Kill())
+	}
 	if err := n.c.awaitRunning(n.c.running()); err != nil {
-		n.c.tb.Fatalf("%s did not rejoin the cluster: %v", n.Name, err)
+		return fmt.Errorf("%s did not rejoin the cluster: %w", n.Name, err)
 	}
+	return nil
 }
 
 // Running reports whether the node's process is alive.
@@ -185,13 +222,6 @@ func (n *Node) Running() bool {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	return n.proc != nil && !n.proc.Exited()
-}
-
-// Ctl runs rabbitmqctl against the node.
-func (n *Node) Ctl(args ...string) ([]byte, error) {
-	cmd := exec.Command(filepath.Join(n.c.bin, "rabbitmqctl"), append([]string{"-n", n.Name}, args...)...)
-	cmd.Env = n.c.env(n.Name)
-	return cmd.CombinedOutput()
 }
 
 // LogTail is the end of the node's log, for failure messages.
@@ -203,7 +233,7 @@ func (n *Node) dirName() string { return strconv.Itoa(n.index + 1) }
 
 // writeConfig writes the node's rabbitmq.conf: its listener and, on every node but the
 // first, the peers it joins at its first boot.
-func (n *Node) writeConfig() {
+func (n *Node) writeConfig() error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "listeners.tcp.default = 127.0.0.1:%d\n", n.Port)
 	if n.index > 0 {
@@ -214,10 +244,10 @@ func (n *Node) writeConfig() {
 		// Wait for the first node rather than boot alone: 120 tries, 500 ms apart.
 		b.WriteString("cluster_formation.discovery_retry_limit = 120\n")
 	}
-	n.c.write("rabbitmq-"+n.dirName()+".conf", b.String(), 0o644)
+	return n.c.write("rabbitmq-"+n.dirName()+".conf", b.String(), 0o644)
 }
 
-func (n *Node) start() {
+func (n *Node) start() error {
 	c := n.c
 	p, err := proc.Start(proc.Command{
 		Name: "RabbitMQ node " + n.Name,
@@ -240,17 +270,17 @@ func (n *Node) start() {
 		Banner:  fmt.Sprintf("--- start %s at %s ---\n", n.Name, time.Now().Format(time.RFC3339Nano)),
 	})
 	if err != nil {
-		c.tb.Fatalf("start %s: %v", n.Name, err)
+		return fmt.Errorf("start %s: %w", n.Name, err)
 	}
 	n.mu.Lock()
 	n.proc = p
 	n.mu.Unlock()
+	return nil
 }
 
 // awaitAMQP waits until the node completes an AMQP handshake: it has booted, and joined the
 // cluster if it was to (a node joins before it opens its listeners).
-func (n *Node) awaitAMQP() {
-	n.c.tb.Helper()
+func (n *Node) awaitAMQP() error {
 	ctx, cancel := context.WithTimeout(context.Background(), bootTimeout)
 	defer cancel()
 	n.mu.Lock()
@@ -264,8 +294,9 @@ func (n *Node) awaitAMQP() {
 		return conn.Close()
 	})
 	if err != nil {
-		n.c.tb.Fatalf("%v\n%s\n%s", err, proc.Tail(p.LogPath(), 20), n.LogTail(30))
+		return fmt.Errorf("%w\n%s\n%s", err, proc.Tail(p.LogPath(), 20), n.LogTail(30))
 	}
+	return nil
 }
 
 // awaitRunning waits until the cluster reports want running nodes.
@@ -309,13 +340,6 @@ func (c *Cluster) running() int {
 	return n
 }
 
-// kill kills every node; the files go with the temporary directory.
-func (c *Cluster) kill() {
-	for _, n := range c.Nodes {
-		n.Kill()
-	}
-}
-
 // env is what a node and rabbitmqctl need: the shared HOME (and its cookie), the node name.
 func (c *Cluster) env(node string) []string {
 	return append(os.Environ(),
@@ -325,77 +349,25 @@ func (c *Cluster) env(node string) []string {
 	)
 }
 
-func (c *Cluster) write(name, content string, mode os.FileMode) {
+func (c *Cluster) write(name, content string, mode os.FileMode) error {
 	p := filepath.Join(c.dir, name)
 	if err := os.WriteFile(p, []byte(content), mode); err != nil {
-		c.tb.Fatalf("write %s: %v", p, err)
-	}
-}
-
-// distinctPort is brokertest.FreePort, not one of taken (ports chosen for nodes not yet
-// listening), added to taken.
-func distinctPort(tb testing.TB, from int, taken *[]int) int {
-	for {
-		p := brokertest.FreePort(tb, from)
-		if !slices.Contains(*taken, p) {
-			*taken = append(*taken, p)
-			return p
-		}
-	}
-}
-
-// ConsumerNodes is, for each consumer of queue, the node its client is connected to: the
-// node of its channel's process (rabbitmqctl list_consumers shows pids as <node.N.N.N>).
-func (c *Cluster) ConsumerNodes(queue string) ([]*Node, error) {
-	out, err := c.Ctl("list_consumers", "-q", "--no-table-headers", "queue_name", "channel_pid")
-	if err != nil {
-		return nil, err
-	}
-	var nodes []*Node
-	for line := range strings.Lines(string(out)) {
-		q, pid, ok := strings.Cut(strings.TrimSpace(line), "\t")
-		if !ok || q != queue {
-			continue
-		}
-		n := c.nodeOfPid(pid)
-		if n == nil {
-			return nil, fmt.Errorf("consumer of %s: channel pid %s is on no node of the cluster", queue, pid)
-		}
-		nodes = append(nodes, n)
-	}
-	return nodes, nil
-}
-
-// nodeOfPid is the node an Erlang pid printed as <name@host.N.N.N> lives on, or nil.
-func (c *Cluster) nodeOfPid(pid string) *Node {
-	for _, n := range c.Nodes {
-		if strings.HasPrefix(pid, "<"+n.Name+".") {
-			return n
-		}
+		return fmt.Errorf("cluster file: %w", err)
 	}
 	return nil
 }
 
-// ConnectionNodes is, for each client connection named name (its connection_name client
-// property), the node it is connected to.
-func (c *Cluster) ConnectionNodes(name string) ([]*Node, error) {
-	// The table format prints the pid as <node.N.N.N> (the JSON one does not).
-	out, err := c.Ctl("list_connections", "-q", "--no-table-headers", "pid", "client_properties")
-	if err != nil {
-		return nil, err
-	}
-	want := fmt.Sprintf(`{"connection_name",%q}`, name)
-	var nodes []*Node
-	for line := range strings.Lines(string(out)) {
-		pid, props, ok := strings.Cut(strings.TrimSpace(line), "\t")
-		if !ok || !strings.Contains(props, want) {
-			continue
+// distinctPort is brokertest.FreePortFrom, not one of taken (ports chosen for nodes not yet
+// listening), added to taken.
+func distinctPort(from int, taken *[]int) (int, error) {
+	for {
+		p, err := brokertest.FreePortFrom(from)
+		if err != nil {
+			return 0, err
 		}
-		n := c.nodeOfPid(pid)
-		if n == nil {
-			return nil, fmt.Errorf("connection %s: pid %s is on no node of the cluster", name, pid)
+		if !slices.Contains(*taken, p) {
+			*taken = append(*taken, p)
+			return p, nil
 		}
-		nodes = append(nodes, n)
 	}
-	return nodes, nil
 }

@@ -4,6 +4,7 @@ package rabbitcluster
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -37,6 +38,29 @@ func TestClusterSurvivesANodeCrash(t *testing.T) {
 	slices.SortFunc(spread, func(a, b *Node) int { return a.index - b.index })
 	assert.Greater(t, len(slices.Compact(spread)), 1, "connections on more than one node")
 
+	// CloseConnections closes the connections named with its prefix, and no other: not the
+	// twelve above, nor one whose name holds the prefix further in.
+	prefix := fmt.Sprintf("close-%d-", time.Now().UnixNano())
+	target := dialNamed(t, c.URLs(), prefix+"1")
+	other := dialNamed(t, c.URLs(), "not-"+prefix+"1")
+	closedTarget := target.NotifyClose(make(chan *amqp.Error, 1))
+	_, err = c.CloseConnections("", "everyone")
+	require.Error(t, err, "an empty prefix")
+	closed, err := c.CloseConnections(prefix, "closed by the test")
+	require.NoError(t, err)
+	assert.Equal(t, 1, closed)
+	select {
+	case cerr := <-closedTarget:
+		require.NotNil(t, cerr)
+		assert.Equal(t, amqp.ConnectionForced, cerr.Code)
+		assert.Contains(t, cerr.Reason, "closed by the test")
+	case <-time.After(30 * time.Second):
+		t.Fatal("the connection named with the prefix is still open")
+	}
+	och, err := other.Channel() // a round trip: the other connection is still served
+	require.NoError(t, err)
+	require.NoError(t, och.Close())
+
 	first := dial(t, c.Nodes[0].URL)
 	ch, err := first.Channel()
 	require.NoError(t, err)
@@ -61,13 +85,36 @@ func TestClusterSurvivesANodeCrash(t *testing.T) {
 	assert.Equal(t, []*Node{c.Nodes[0]}, nodes)
 	require.NoError(t, cch.Close()) // gives m1 back unacked, if it got it
 
-	c.Nodes[0].Kill()
+	// The queue's leader is on the node it was declared through.
+	leader, err := c.QueueLeader("q")
+	require.NoError(t, err)
+	require.Equal(t, c.Nodes[0], leader)
+	_, err = c.QueueLeader("no-such-queue")
+	require.Error(t, err)
+
+	require.NoError(t, c.Nodes[0].Kill())
 	assert.False(t, c.Nodes[0].Running())
+	require.NoError(t, c.Nodes[0].Kill(), "killing a dead node")
+
+	// The queue elects a leader among the running nodes; until then QueueLeader names none.
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		next, err := c.QueueLeader("q")
+		if err == nil && next != leader && next.Running() {
+			t.Logf("leader of q moved from %s to %s", leader.Name, next.Name)
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no new leader of q: %v, %v", next, err)
+		}
+		t.Logf("leader of q: %v, %v", next, err)
+		time.Sleep(500 * time.Millisecond)
+	}
 
 	// Until the queue has elected a new leader, a Get fails and closes its channel (or, on a
 	// node still noticing the loss, its connection): try again on a new one.
 	var got amqp.Delivery
-	deadline := time.Now().Add(60 * time.Second)
+	deadline = time.Now().Add(60 * time.Second)
 	for {
 		d, ok, err := getOne(c.Nodes[1].URL, "q")
 		if err == nil && ok {
@@ -82,7 +129,8 @@ func TestClusterSurvivesANodeCrash(t *testing.T) {
 	}
 	assert.Equal(t, "m1", string(got.Body))
 
-	c.Nodes[0].Restart()
+	require.Error(t, c.Nodes[1].Restart(), "restarting a running node")
+	require.NoError(t, c.Nodes[0].Restart())
 	assert.True(t, c.Nodes[0].Running())
 	running, err = c.runningNodes()
 	require.NoError(t, err)
@@ -93,6 +141,15 @@ func TestClusterSurvivesANodeCrash(t *testing.T) {
 func dial(t *testing.T, url string) *amqp.Connection {
 	t.Helper()
 	conn, err := amqp.Dial(url)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = conn.Close() })
+	return conn
+}
+
+// dialNamed dials url with the connection_name client property name.
+func dialNamed(t *testing.T, url, name string) *amqp.Connection {
+	t.Helper()
+	conn, err := broker.Dial(broker.Config{URL: url, ConnectionName: name})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = conn.Close() })
 	return conn
