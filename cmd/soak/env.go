@@ -22,8 +22,10 @@ import (
 type rabbitEnv struct {
 	// url is what the soak's own clients dial: the node's URL, or every cluster node's.
 	url string
-	// nodes is each node's host:port, the upstreams of the service's AMQP proxies.
-	nodes []string
+	// nodes is each node's host:port, the upstreams of the service's AMQP proxies;
+	// nodeURL is one node's URL, whose host:port a proxy's replaces.
+	nodes   []string
+	nodeURL string
 	// local is the machine's node (host:port); "" with a cluster.
 	local   string
 	cluster *rabbitcluster.Cluster
@@ -36,7 +38,7 @@ func startRabbit(o options, logf func(string, ...any)) (*rabbitEnv, error) {
 		if err != nil {
 			return nil, fmt.Errorf("start a RabbitMQ cluster of %d nodes: %w", o.rabbitNodes, err)
 		}
-		r := &rabbitEnv{url: c.URLs(), cluster: c}
+		r := &rabbitEnv{url: c.URLs(), nodeURL: c.Nodes[0].URL, cluster: c}
 		for _, n := range c.Nodes {
 			r.nodes = append(r.nodes, fmt.Sprintf("127.0.0.1:%d", n.Port))
 		}
@@ -52,7 +54,7 @@ func startRabbit(o options, logf func(string, ...any)) (*rabbitEnv, error) {
 	if err := ensureRabbit(addr); err != nil {
 		return nil, err
 	}
-	return &rabbitEnv{url: o.rabbitURL, nodes: []string{addr}, local: addr}, nil
+	return &rabbitEnv{url: o.rabbitURL, nodeURL: o.rabbitURL, nodes: []string{addr}, local: addr}, nil
 }
 
 // close leaves the machine's node running for everyone else, whatever happened to the run,

@@ -44,17 +44,20 @@ type options struct {
 	delay         time.Duration
 	quietWindow   time.Duration
 	maxRetries    int
-	hostile       float64
-	latency       time.Duration
-	faultPeriod   time.Duration
-	minGap        time.Duration
-	restartDelay  time.Duration
-	resultsDir    string
-	keep          bool
-	rabbitURL     string
-	verbose       bool
-	engine        devserver.Engine
-	postgres      devserver.PostgresOptions // with -engine postgres
+	// The soak policy's breaker settings that differ from the defaults (see run).
+	breakerRatio       float64
+	breakerCooldownMax time.Duration
+	hostile            float64
+	latency            time.Duration
+	faultPeriod        time.Duration
+	minGap             time.Duration
+	restartDelay       time.Duration
+	resultsDir         string
+	keep               bool
+	rabbitURL          string
+	verbose            bool
+	engine             devserver.Engine
+	postgres           devserver.PostgresOptions // with -engine postgres
 }
 
 func parseFlags(args []string) (options, error) {
@@ -78,6 +81,8 @@ func parseFlags(args []string) (options, error) {
 	// late reports split message histories across runs (cmd/soak/README.md, "Findings").
 	fs.DurationVar(&o.quietWindow, "quiet-window", 30*time.Second, "the soak policy's quiet window")
 	fs.IntVar(&o.maxRetries, "max-retries", 3, "the soak policy's max retries")
+	fs.Float64Var(&o.breakerRatio, "breaker-failure-ratio", 0.8, "the soak policy's breaker failure_ratio (the plan fails 59% of retries; the default 0.5 holds most of them)")
+	fs.DurationVar(&o.breakerCooldownMax, "breaker-cooldown-max", 20*time.Second, "the soak policy's breaker cooldown_max (the default 5m leaves the run's tail held for minutes a probe round)")
 	fs.Float64Var(&o.hostile, "hostile", 0.1, "bad reports (aimed at the scheduler's own queues or amq.*, over AMQP's limits, not JSON) mixed in, as a share of -n")
 	fs.DurationVar(&o.latency, "latency", 150*time.Millisecond, "latency added each way during a latency fault")
 	fs.DurationVar(&o.faultPeriod, "fault-period", 10*time.Second, "how long a latency fault, a bridge↔Temporal partition or an armed confirm cut lasts")
@@ -127,6 +132,10 @@ func parseFlags(args []string) (options, error) {
 		return o, errors.New("-temporal-hosts above 1 needs -engine postgres (the dev server's SQLite file is one process's)")
 	case o.maxRetries < 1:
 		return o, errors.New("-max-retries must be at least 1")
+	case o.breakerRatio <= 0 || o.breakerRatio > 1:
+		return o, errors.New("-breaker-failure-ratio must be in (0, 1]")
+	case o.breakerCooldownMax < 10*time.Second:
+		return o, errors.New("-breaker-cooldown-max must be at least the breaker's cooldown, 10s")
 	case o.hostile < 0:
 		return o, errors.New("-hostile must not be negative")
 	case o.kills < 0:

@@ -126,7 +126,7 @@ func optionsJSON(o options, faults []string, rate float64) map[string]any {
 	return map[string]any{
 		"n": o.n, "rate": o.rate, "effective_rate": round1(rate), "duration": o.duration.String(), "kills": o.kills, "faults": faults,
 		"seed": o.seed, "workers": o.workers, "bridges": o.bridges, "rabbit_nodes": o.rabbitNodes, "temporal_hosts": o.temporalHosts, "delay": o.delay.String(), "quiet_window": o.quietWindow.String(),
-		"max_retries": o.maxRetries, "latency": o.latency.String(), "fault_period": o.faultPeriod.String(),
+		"max_retries": o.maxRetries, "breaker_failure_ratio": o.breakerRatio, "breaker_cooldown_max": o.breakerCooldownMax.String(), "latency": o.latency.String(), "fault_period": o.faultPeriod.String(),
 		"min_gap": o.minGap.String(), "restart_delay": o.restartDelay.String(), "engine": string(o.engine),
 	}
 }

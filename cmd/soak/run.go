@@ -107,20 +107,26 @@ func run(ctx context.Context, o options) (code int, err error) {
 	}
 	defer deleteQueues(rabbit.url, clientPrefix+"teardown", n.all()...)
 	policyFile := filepath.Join(dir, "policies.yaml")
-	// The service's defaults otherwise: the circuit breakers are on, as in production. The
-	// consumer fails most first deliveries on purpose, so they open and hold retries (a held
-	// run is still in flight for the drain and the count), and the soak checks that nothing
-	// is lost or unexpected with them.
+	// The service's defaults otherwise, circuit breakers on, with two of their settings
+	// moved (-breaker-failure-ratio, -breaker-cooldown-max): the consumer fails 59 % of the
+	// retries on purpose (the plan), and the tail of a run is messages that fail every
+	// retry until they are dead-lettered. At the default ratio (0.5) the breakers hold most
+	// retries during the traffic, and in the tail they hold the last ones for cooldowns that
+	// grow to 5 minutes, three probes per round: what a breaker is for, and a run that does
+	// not end. The breakers still count on every process, gate every republish and open in
+	// the tail and when faults make failures spike; a held run is in flight for the drain
+	// and the count.
 	policy := fmt.Sprintf(`default_policy: soak
 policies:
   soak:
     backoff: {type: schedule, delays: [%s]}
     max_retries: %d
     quiet_window: %s
+    breaker: {failure_ratio: %g, cooldown_max: %s}
 routes:
   - queue: "%s.*"
     policy: soak
-`, o.delay, o.maxRetries, o.quietWindow, n.id)
+`, o.delay, o.maxRetries, o.quietWindow, o.breakerRatio, o.breakerCooldownMax, n.id)
 	if err := os.WriteFile(policyFile, []byte(policy), 0o644); err != nil {
 		return 2, err
 	}
@@ -133,7 +139,7 @@ routes:
 		}
 		addr := fmt.Sprintf("127.0.0.1:%d", port)
 		return []string{mode,
-			"-rabbitmq-url", amqpProxy.rabbitURLs(rabbit.url),
+			"-rabbitmq-url", amqpProxy.rabbitURLs(rabbit.nodeURL),
 			"-temporal-address", temporalProxy.temporalAddress(),
 			"-namespace", temporal.namespace(),
 			"-queue-type", rabbit.queueType(),
