@@ -80,6 +80,9 @@ type options struct {
 	// the Temporal server on PostgreSQL (temporary databases on $TEMPORAL_POSTGRES_*, the
 	// server binary from $TEMPORAL_SERVER_DIR).
 	Engine devserver.Engine
+	// HistoryShards is, on the postgres engine, the history shard count of the server's new
+	// databases: the per-shard figure's axis.
+	HistoryShards int
 	// TemporalCLI is the binary the dev server runs.
 	TemporalCLI string
 	// TemporalAddress, when set, is a Temporal cluster every phase runs against instead of a
@@ -148,6 +151,7 @@ func parseConfig(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&c.Publishers, "publishers", 16, "concurrent publishers (ingress) / workflow starters (ceiling)")
 	fs.StringVar(&c.RabbitMQURL, "rabbitmq-url", brokertest.URL(), "RabbitMQ (env RABBITMQ_URL)")
 	engine := fs.String("engine", string(devserver.EngineDev), "Temporal server: dev (the CLI's dev server, SQLite) or postgres (the Temporal server on PostgreSQL: env TEMPORAL_POSTGRES_*, TEMPORAL_SERVER_DIR)")
+	fs.IntVar(&c.HistoryShards, "history-shards", devserver.PostgresHistoryShards, "-engine postgres: the history shards of the server's new databases")
 	fs.StringVar(&c.TemporalCLI, "temporal-cli", devserver.DefaultBinary(), "Temporal CLI for the dev server (env TEMPORAL_CLI)")
 	fs.StringVar(&c.TemporalAddress, "temporal-address", os.Getenv("TEMPORAL_ADDRESS"), "a Temporal cluster's frontend host:port to run every phase against instead of a server of the bench's own (env TEMPORAL_ADDRESS; plaintext, no API key)")
 	fs.StringVar(&c.Namespace, "namespace", "default", "with -temporal-address: the namespace (its search attributes registered, as for the service)")
@@ -229,6 +233,9 @@ func parseConfig(args []string, stderr io.Writer) (options, error) {
 		errs = append(errs, fmt.Errorf("-engine: %w", err))
 	} else {
 		c.Engine = e
+	}
+	if c.Engine != devserver.EnginePostgres && set["history-shards"] {
+		errs = append(errs, errors.New("-history-shards needs -engine postgres (the dev server has one shard)"))
 	}
 	if c.Engine == devserver.EnginePostgres && len(c.SQLitePragmas) > 0 {
 		errs = append(errs, errors.New("-sqlite-pragma applies to the dev engine only"))

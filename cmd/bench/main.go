@@ -196,6 +196,7 @@ func (e *environment) startServer(ctx context.Context) (*server, error) {
 			return nil, err
 		}
 		o.Postgres.MetricsAddress = metricsAddr
+		o.Postgres.HistoryShards = e.c.HistoryShards
 	} else {
 		for _, kv := range e.c.SQLitePragmas {
 			extra = append(extra, "--sqlite-pragma", kv)

@@ -106,6 +106,10 @@ type PostgresOptions struct {
 	// (global.metrics.prometheus.listenAddress), as start-dev's --metrics-port does for the
 	// dev server. "" serves none.
 	MetricsAddress string
+	// HistoryShards is the history shard count of new databases. Defaults to
+	// PostgresHistoryShards. Databases keep the count they were created with: a server
+	// given another one does not start on them.
+	HistoryShards int
 }
 
 // LogValue leaves the password out of logs.
@@ -165,6 +169,9 @@ func (p PostgresOptions) withDefaults() PostgresOptions {
 	if p.Dir == "" {
 		p.Dir = DefaultServerDir()
 	}
+	if p.HistoryShards == 0 {
+		p.HistoryShards = PostgresHistoryShards
+	}
 	return p
 }
 
@@ -191,6 +198,9 @@ func (p PostgresOptions) validate() error {
 		if p.Database == p.VisibilityDatabase {
 			errs = append(errs, fmt.Errorf("the visibility database must differ from the main one (%s)", p.Database))
 		}
+	}
+	if p.HistoryShards < 0 {
+		errs = append(errs, fmt.Errorf("history shards %d (want at least 1, or 0 for the default)", p.HistoryShards))
 	}
 	if p.MetricsAddress != "" {
 		if _, port, err := net.SplitHostPort(p.MetricsAddress); err != nil || port == "" {
@@ -623,7 +633,7 @@ func (st *pgState) renderConfig() ([]byte, error) {
 		"Version":     ServerVersion,
 		"Plugin":      PostgresPlugin,
 		"PasswordEnv": EnvPostgresPassword,
-		"Shards":      PostgresHistoryShards,
+		"Shards":      st.pg.HistoryShards,
 		"Addr":        st.pg.addr(),
 		"User":        st.pg.User,
 		"Stores": []store{

@@ -97,6 +97,7 @@ func TestPostgresValidate(t *testing.T) {
 		"same":            {Host: "h", Port: 5432, User: "u", Database: "t", VisibilityDatabase: "t"},
 		"visibility only": {Host: "h", Port: 5432, User: "u", VisibilityDatabase: "v"},
 		"metrics port":    {Host: "h", Port: 5432, User: "u", MetricsAddress: "9090"},
+		"shards":          {Host: "h", Port: 5432, User: "u", HistoryShards: -1},
 	} {
 		assert.Error(t, pg.validate(), name)
 	}
@@ -283,6 +284,24 @@ func TestRenderConfig(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, os.FileMode(0o600), fi.Mode().Perm())
 	assert.FileExists(t, filepath.Join(s.tempDir, pgDynamicFile))
+}
+
+// A shard count given becomes the new databases' numHistoryShards; none is the default.
+func TestRenderConfigHistoryShards(t *testing.T) {
+	shards := func(pg PostgresOptions) int {
+		b, err := resolvedPostgres(t, Options{Postgres: pg}).pg.renderConfig()
+		require.NoError(t, err)
+		var cfg struct {
+			Persistence struct {
+				NumHistoryShards int `yaml:"numHistoryShards"`
+			} `yaml:"persistence"`
+		}
+		rendered := regexp.MustCompile(`\{\{.*?\}\}`).ReplaceAllString(string(b), `"pw"`)
+		require.NoError(t, yaml.Unmarshal([]byte(rendered), &cfg), rendered)
+		return cfg.Persistence.NumHistoryShards
+	}
+	assert.Equal(t, PostgresHistoryShards, shards(PostgresOptions{}))
+	assert.Equal(t, 1, shards(PostgresOptions{HistoryShards: 1}))
 }
 
 // A metrics address becomes the server's Prometheus listener, as start-dev's --metrics-port.
