@@ -45,7 +45,7 @@ func TestPostgresFromEnv(t *testing.T) {
 		EnvPostgresHost: "db.example", EnvPostgresPort: "6543", EnvPostgresUser: "temporal", EnvPostgresPassword: "pw",
 	}))
 	require.NoError(t, err)
-	assert.Equal(t, PostgresOptions{Host: "db.example", Port: 6543, User: "temporal", Password: "pw", Dir: DefaultServerDir()}, pg)
+	assert.Equal(t, PostgresOptions{Host: "db.example", Port: 6543, User: "temporal", Password: "pw", Dir: DefaultServerDir(), HistoryShards: PostgresHistoryShards}, pg)
 
 	_, err = PostgresFromEnv(envOf(map[string]string{EnvPostgresPort: "x"}))
 	assert.ErrorContains(t, err, EnvPostgresPort)
