@@ -37,6 +37,8 @@ func (n names) all() []string { return append([]string{n.ingress, n.dlq}, n.orig
 // run is the whole soak; the exit code is 1 when something was lost or unexpected.
 func run(ctx context.Context, o options) (code int, err error) {
 	started := time.Now()
+	// The commit the service is built from below, read now: the tree may move during a run.
+	commit, dirty := checkout.Describe()
 	logf := func(format string, args ...any) {
 		fmt.Printf("[%7s] %s\n", time.Since(started).Round(time.Second), fmt.Sprintf(format, args...))
 	}
@@ -346,7 +348,6 @@ drain:
 	}
 	f.ProcessKills = f.WorkerKills + f.BridgeKills + f.TemporalKills + f.RabbitNodeKills
 
-	commit, dirty := checkout.Describe()
 	rep := report{
 		Commit: commit, Dirty: dirty,
 		RunID: n.id, Command: commandLine(), Started: started, Elapsed: time.Since(started).Round(time.Second).String(),
