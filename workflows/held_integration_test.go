@@ -191,3 +191,67 @@ func TestFailedProbeOnADevServer(t *testing.T) {
 	_, err = historytest.Record(ctx, c, id, probeFailedHistory)
 	require.NoError(t, err)
 }
+
+// heldKeyReportHistory names the recorded history of TestReportWithTheHeldRetrysKeyOnADevServer.
+const heldKeyReportHistory = "held-report-with-held-key-counts"
+
+// A report that carries the key of the retry a run holds, on a real server: the retry went out
+// in a workflow task its worker never completed, so the report is that retry's failure. The
+// run ends the hold, schedules the next retry (held again), and its release sends the next key,
+// not the one the consumer already had. With RECORD_HISTORIES set, the run's history is written
+// there for the replay tests.
+func TestReportWithTheHeldRetrysKeyOnADevServer(t *testing.T) {
+	srv := devserver.StartForTest(t)
+	c := srv.DialForTest(t)
+
+	taskQueue := "heldkey-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	msgID := taskQueue
+	pub := &memPublisher{}
+	acts := &activities.Activities{Publisher: pub, Gate: holdingGate{}, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	w := worker.New(c, worker.Options{TaskQueue: taskQueue, StopTimeout: time.Second}, acts)
+	require.NoError(t, w.Start())
+	defer w.Stop()
+
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	p := heldPolicy()
+	id := message.WorkflowID("orders", msgID)
+	reports := &reporter.Reporter{Client: c, TaskQueue: taskQueue, Retention: time.Minute}
+	report := func(count int, key string) {
+		require.NoError(t, reports.Report(ctx, message.FailureReport{
+			Message:         message.Message{MessageID: msgID, Payload: []byte("x"), OriginalQueue: "orders"},
+			Failure:         policy.Failure{Category: "transient", Reason: "503"},
+			Policy:          p,
+			DeadLetterQueue: "dead",
+			RetryCount:      count,
+			RetryKey:        key,
+		}))
+	}
+	state := func() workflows.State {
+		v, err := c.QueryWorkflow(ctx, id, "", workflows.QueryState)
+		require.NoError(t, err)
+		var st workflows.State
+		require.NoError(t, v.Get(&st))
+		return st
+	}
+
+	report(0, "")
+	waitForStatus(t, ctx, c, id, workflows.StatusHeld)
+	report(1, msgID+":1")
+	require.Eventually(t, func() bool {
+		st := state()
+		return st.Status == workflows.StatusHeld && st.RetryCount == 1
+	}, time.Minute, 10*time.Millisecond, "retry 1's failure counted, retry 2 held")
+	st := state()
+	require.Empty(t, st.SetAside)
+	require.Equal(t, 1, st.Sequence)
+	require.NoError(t, c.SignalWorkflow(ctx, id, "", workflows.SignalRelease, workflows.Release{By: workflows.ReleasedBy}))
+	var res workflows.Result
+	require.NoError(t, c.GetWorkflow(ctx, id, "").Get(ctx, &res))
+	require.Equal(t, workflows.StatusDelivered, res.Status)
+	require.Equal(t, 2, res.RetryCount)
+	require.Equal(t, []string{msgID + ":2"}, pub.published())
+
+	_, err := historytest.Record(ctx, c, id, heldKeyReportHistory)
+	require.NoError(t, err)
+}

@@ -253,3 +253,54 @@ func (s *retrySuite) TestAReleasedRetryThatFailsIsNoProbeFailure() {
 	s.Len(s.pub.to(testQueue), 2)
 	s.Empty(s.probeFailures)
 }
+
+// A report that carries the key of the retry the run holds proves that retry went out (in a
+// workflow task its worker never completed): it is that retry's failure, not a report to set
+// aside, and the run goes on to the next retry rather than taking silence as delivered.
+func (s *retrySuite) TestReportWithTheHeldRetrysKeyIsItsFailure() {
+	s.gate.set(true)
+	p := breakerPolicy(3)
+	lost := report(p, 1, transient)
+	lost.RetryKey = testID + ":1"
+	s.at(20*time.Second, SignalFailureReport, lost)
+	var after State
+	s.queryAt(21*time.Second, &after)
+	s.at(40*time.Second, SignalRelease, Release{By: "breaker"})
+	s.start(report(p, 0, transient))
+
+	s.Equal(StatusDelivered, s.result().Status)
+	s.Equal(StatusScheduled, after.Status, "the report ended the hold and scheduled retry 2")
+	s.Equal(1, after.RetryCount)
+	s.Equal(1, after.Sequence)
+	s.Zero(after.DuplicateReports)
+	s.Empty(after.SetAside)
+	s.Require().Len(after.Attempts, 2)
+	s.Equal(testID+":1", after.Attempts[0].RetryKey)
+	s.Equal(10*time.Second, after.HeldFor)
+	s.Contains(after.Events[len(after.Events)-1].Detail, "the key of the held retry")
+
+	got := s.pub.to(testQueue)
+	s.Require().Len(got, 1, "only retry 2 goes out: retry 1 went out before")
+	s.Equal(testID+":2", got[0].Msg.Headers[message.HeaderRetryKey])
+	s.EqualValues(2, got[0].Msg.Headers[message.HeaderRetryCount])
+}
+
+// A report that names another key than the held retry's is still set aside while held.
+func (s *retrySuite) TestReportWithAnotherKeyWhileHeldIsSetAside() {
+	s.gate.set(true)
+	p := breakerPolicy(3)
+	other := report(p, 1, transient)
+	other.RetryKey = testID + ":7"
+	s.at(20*time.Second, SignalFailureReport, other)
+	var after State
+	s.queryAt(21*time.Second, &after)
+	s.at(40*time.Second, SignalRelease, Release{By: "breaker"})
+	s.start(report(p, 0, transient))
+
+	s.Equal(StatusDelivered, s.result().Status)
+	s.Equal(StatusHeld, after.Status)
+	s.Equal(map[string]int{SetAsideRetryPending: 1}, after.SetAside)
+	got := s.pub.to(testQueue)
+	s.Require().Len(got, 1)
+	s.Equal(testID+":1", got[0].Msg.Headers[message.HeaderRetryKey])
+}

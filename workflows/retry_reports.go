@@ -1,6 +1,7 @@
 package workflows
 
 import (
+	"strconv"
 	"strings"
 	"time"
 
@@ -26,6 +27,9 @@ func (r *retryRun) report(rep message.FailureReport) {
 		r.poisonReport(rep)
 		return
 	}
+	if r.heldRetryWentOut(rep) {
+		r.takeLostRepublish(rep.RetryKey)
+	}
 	if reason, why := r.stale(rep); reason != "" {
 		r.setAside(rep, reason, why)
 		return
@@ -50,6 +54,41 @@ func (r *retryRun) stale(rep message.FailureReport) (reason, why string) {
 		return r.keylessBehind(rep)
 	}
 	return "", ""
+}
+
+// heldRetryWentOut says whether report rep proves that the retry this run holds went out
+// after all: it carries the key that retry is to be sent with, and keys are never reused. A
+// worker that republished the retry and stopped before its workflow task completed leaves no
+// trace of the republish in the history; the task ran again, and this time the breaker held
+// the retry. The consumer that got the first republish drops the second by its key, so a
+// report set aside here would leave the run to take the silence after its release as
+// delivered.
+func (r *retryRun) heldRetryWentOut(rep message.FailureReport) bool {
+	s := &r.state
+	if s.Status != StatusHeld || rep.RetryKey == "" || rep.RetryKey != RetryKey(s.Message.MessageID, s.Sequence+1) {
+		return false
+	}
+	return workflow.GetVersion(r.ctx, changeHeldKeyReportCounts, workflow.DefaultVersion, 1) != workflow.DefaultVersion
+}
+
+// takeLostRepublish records the held retry as gone out with key, as republish would have:
+// the hold ends and the run awaits that retry's outcome, which the report in hand is.
+func (r *retryRun) takeLostRepublish(key string) {
+	s := &r.state
+	s.Sequence++
+	s.RetryCount++
+	r.lastKey = key
+	r.released, r.probe = false, false
+	r.endHold()
+	if n := len(s.Attempts); n > 0 {
+		s.Attempts[n-1].RetryKey = key // its RepublishedAt is not known
+	}
+	s.NextRetryAt = time.Time{}
+	s.Status = StatusAwaitingOutcome
+	r.event("note", "", "report for "+key+", the key of the held retry: it went out in a workflow task that "+
+		"did not complete (its worker stopped); counted as the failure of retry "+strconv.Itoa(s.RetryCount))
+	workflow.GetLogger(r.ctx).Info("report for the held retry's key counted as its failure",
+		"message_id", s.Message.MessageID, "attempt", s.RetryCount, "retry_key", key, "outcome", "counted")
 }
 
 // takePendingReports applies the failure reports already waiting when the quiet window ends,

@@ -65,6 +65,10 @@ const (
 	// reopening at the failure ratio; runs from before it reopened at any failure the
 	// processes counted in the probe window, an older retry's included.
 	changeHalfOpenJudgesProbes = "half-open-judges-probes-by-their-runs"
+	// A report that carries the key of the retry a run holds counts as that retry's failure
+	// (heldRetryWentOut); runs from before it set the report aside, and took the silence after
+	// the release, which the consumer deduplicated, as delivered.
+	changeHeldKeyReportCounts = "report-with-held-retrys-key-counts"
 )
 
 // revisionChanges lists, for each revision, the gated changes it takes without GetVersion.

@@ -25,7 +25,8 @@ const (
 	// the broker with the bytes of a report the run already applied: that report again.
 	SetAsideRedelivered = "redelivered"
 	// SetAsideRetryPending: the latest failure is recorded and its retry is scheduled, being
-	// republished or held.
+	// republished or held (a report with the held retry's own key counts instead:
+	// heldRetryWentOut).
 	SetAsideRetryPending = "retry-pending"
 	// SetAsideDead: the message is dead; the report is kept as a note.
 	SetAsideDead = "dead"
