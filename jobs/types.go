@@ -151,10 +151,14 @@ type Progress struct {
 	Errors map[string]string `json:"errors,omitempty"`
 	Canary *CanaryStatus     `json:"canary,omitempty"`
 	// Stopped says why the job stopped before the end (a canary, a cancel).
-	Stopped     string     `json:"stopped,omitempty"`
-	CancelledBy string     `json:"cancelled_by,omitempty"`
-	StartedAt   time.Time  `json:"started_at"`
-	EndedAt     *time.Time `json:"ended_at,omitempty"`
+	Stopped string `json:"stopped,omitempty"`
+	// ProgressUnknown, set by the ops API only, says why the counts are not the job's: its
+	// workflow did not answer (no worker polls, or none has started it yet), so what is shown
+	// comes from the job's memo and Done, Failed, Total and Remaining are not known.
+	ProgressUnknown string     `json:"progress_unknown,omitempty"`
+	CancelledBy     string     `json:"cancelled_by,omitempty"`
+	StartedAt       time.Time  `json:"started_at"`
+	EndedAt         *time.Time `json:"ended_at,omitempty"`
 	// Runs counts the workflow runs (continue-as-new) the job took.
 	Runs int `json:"runs"`
 	// Outcomes, on a bulk retry, counts how the items sent the retry fared so far. The ops API

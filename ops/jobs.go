@@ -261,12 +261,14 @@ func (a *API) jobProgress(ctx context.Context, base jobs.Progress, status enumsp
 		}
 		// Not started by a worker yet, or no worker polls: what the memo says.
 		base.State = jobs.StateRunning
+		base.ProgressUnknown = progressUnknown
 		return base
 	case enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED:
 		if err := a.cfg.Client.GetWorkflow(ctx, base.ID, "").Get(ctx, &out); err == nil {
 			return out
 		}
 		base.State = jobs.StateCompleted
+		base.ProgressUnknown = progressUnknown
 		return base
 	case enumspb.WORKFLOW_EXECUTION_STATUS_CANCELED:
 		base.State = jobs.StateCancelled
@@ -279,8 +281,13 @@ func (a *API) jobProgress(ctx context.Context, base jobs.Progress, status enumsp
 		out.State, out.Stopped = base.State, base.Stopped
 		return out
 	}
+	base.ProgressUnknown = progressUnknown
 	return base
 }
+
+// progressUnknown is what a job read from its memo alone says of its counts.
+const progressUnknown = "the job's workflow did not answer (no worker polls its task queue, or none has started it yet): " +
+	"its counts are not known, done and failed read 0 and total and remaining -1"
 
 // getJob answers GET /api/jobs/{id}; a bulk retry's with the outcomes of its retries so far.
 func (a *API) getJob(w http.ResponseWriter, r *http.Request) {

@@ -105,3 +105,21 @@ func TestIdempotencyKeyFindsTheJobItStarted(t *testing.T) {
 	assert.Equal(t, enumspb.WORKFLOW_ID_REUSE_POLICY_REJECT_DUPLICATE, h.fake.jobs[0].opts.WorkflowIDReusePolicy,
 		"a key reused after its job ended never runs the action again")
 }
+
+// A job whose workflow does not answer its progress query (no worker has started it) is shown
+// from its memo, and says that its counts are not known rather than showing zeros as counts.
+func TestAJobThatDoesNotAnswerSaysItsProgressIsUnknown(t *testing.T) {
+	h := newHarness(t)
+	code, out := h.do("o", "POST", "/api/dead-letters/bulk-discard", `{"ids":["retry/orders/a"]}`)
+	require.Equal(t, 202, code, out)
+	started := out["job"].(map[string]any)
+	assert.NotContains(t, started, "progress_unknown", "the job just started: its counts are the start's")
+
+	code, out = h.do("v", "GET", "/api/jobs/"+started["id"].(string), "")
+	require.Equal(t, 200, code, out)
+	job := out["job"].(map[string]any)
+	assert.Equal(t, "running", job["state"])
+	assert.Equal(t, "o", job["actor"], "what the memo says")
+	assert.Contains(t, job["progress_unknown"], "did not answer")
+	assert.EqualValues(t, -1, job["total"])
+}

@@ -383,6 +383,7 @@ function jobLine(j, label) {
       (c.unknown ? ', ' + c.unknown + ' not settled' : '') + ' (canary ' + c.verdict + ')' + (j.stopped ? '. ' + j.stopped : '') + '.';
   }
   const head = j.state === 'running' ? label + ': ' : label + (j.state === 'completed' ? ' complete' : ' ' + j.state) + ': ';
+  if (j.progress_unknown) return head + 'progress not known: ' + j.progress_unknown + '.';
   const errs = j.errors ? Object.entries(j.errors).slice(0, 3).map(([id, why]) => id + ': ' + why).join('; ') : '';
   return head + j.done + '/' + total + ' succeeded' + (j.failed ? ', ' + j.failed + ' failed' : '') + '.' +
     (j.state !== 'running' && j.stopped ? ' ' + j.stopped + '.' : '') + (j.state !== 'running' && errs ? ' ' + errs : '');
@@ -477,8 +478,8 @@ async function loadJobs() {
     cell(tr, fmtAbs(j.started_at));
     cell(tr, j.kind);
     cell(tr, j.state, 'state');
-    cell(tr, j.done + (j.total >= 0 ? '/' + j.total : ''));
-    cell(tr, j.failed);
+    cell(tr, j.progress_unknown ? '?' : j.done + (j.total >= 0 ? '/' + j.total : ''));
+    cell(tr, j.progress_unknown ? '?' : j.failed);
     cell(tr, j.actor + (j.reason ? ': ' + j.reason : ''));
     const td = cell(tr, '');
     if (j.state === 'running') {
