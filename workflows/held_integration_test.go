@@ -47,35 +47,14 @@ func heldPolicy() policy.Policy {
 // published until the breaker's release, which goes out although the gate still holds. With
 // RECORD_HISTORIES set, the run's history is written there for the replay tests.
 func TestHeldRetryIsReleasedOnADevServer(t *testing.T) {
-	srv := devserver.StartForTest(t)
-	c := srv.DialForTest(t)
-
-	taskQueue := "held-" + strconv.FormatInt(time.Now().UnixNano(), 36)
-	msgID := taskQueue
-	pub := &memPublisher{}
-	acts := &activities.Activities{Publisher: pub, Gate: holdingGate{}, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
-	w := worker.New(c, worker.Options{TaskQueue: taskQueue, StopTimeout: time.Second}, acts)
-	require.NoError(t, w.Start())
-	defer w.Stop()
-
-	p := heldPolicy()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	id := message.WorkflowID("orders", msgID)
-	reports := &reporter.Reporter{Client: c, TaskQueue: taskQueue, Retention: time.Minute}
-	require.NoError(t, reports.Report(ctx, message.FailureReport{
-		Message:         message.Message{MessageID: msgID, Payload: []byte("x"), OriginalQueue: "orders"},
-		Failure:         policy.Failure{Category: "transient", Reason: "503"},
-		Policy:          p,
-		DeadLetterQueue: "dead",
-	}))
+	h := startHeldRun(t, "held-", "")
+	ctx, c := h.ctx, h.c
+	msgID, id, pub := h.msgID, h.id, h.pub
+	h.report(0, "")
 
 	waitForStatus(t, ctx, c, id, workflows.StatusHeld)
 	require.Empty(t, pub.published(), "nothing goes out while held")
-	v, err := c.QueryWorkflow(ctx, id, "", workflows.QueryState)
-	require.NoError(t, err)
-	var held workflows.State
-	require.NoError(t, v.Get(&held))
+	held := h.state()
 	require.Equal(t, workflows.StatusHeld, held.Status)
 	require.Zero(t, held.Sequence)
 
@@ -86,7 +65,7 @@ func TestHeldRetryIsReleasedOnADevServer(t *testing.T) {
 	require.Equal(t, 1, res.RetryCount)
 	require.Equal(t, []string{msgID + ":1"}, pub.published())
 
-	_, err = historytest.Record(ctx, c, id, "held-released-delivered")
+	_, err := historytest.Record(ctx, c, id, "held-released-delivered")
 	require.NoError(t, err)
 }
 
@@ -119,45 +98,15 @@ const probeFailedHistory = "held-probe-failed-signals-breaker"
 // polls, so that the signal stays as sent), is held again, and a release delivers it. With
 // RECORD_HISTORIES set, the run's history is written there for the replay tests.
 func TestFailedProbeOnADevServer(t *testing.T) {
-	srv := devserver.StartForTest(t)
-	c := srv.DialForTest(t)
+	h := startHeldRun(t, "probe-", ".orders")
+	ctx, c := h.ctx, h.c
+	msgID, id, pub, report, state := h.msgID, h.id, h.pub, h.report, h.state
 
-	taskQueue := "probe-" + strconv.FormatInt(time.Now().UnixNano(), 36)
-	msgID, queue := taskQueue, taskQueue+".orders"
-	pub := &memPublisher{}
-	acts := &activities.Activities{Publisher: pub, Gate: holdingGate{}, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
-	w := worker.New(c, worker.Options{TaskQueue: taskQueue, StopTimeout: time.Second}, acts)
-	require.NoError(t, w.Start())
-	defer w.Stop()
-
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	breakerID := message.BreakerWorkflowID(queue)
-	_, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: breakerID, TaskQueue: taskQueue + "-unpolled"},
-		workflows.BreakerWorkflowName, workflows.BreakerInput{Queue: queue})
+	breakerID := message.BreakerWorkflowID(h.queue)
+	_, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: breakerID, TaskQueue: h.reports.TaskQueue + "-unpolled"},
+		workflows.BreakerWorkflowName, workflows.BreakerInput{Queue: h.queue})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = c.TerminateWorkflow(context.Background(), breakerID, "", "test over") })
-
-	p := heldPolicy()
-	id := message.WorkflowID(queue, msgID)
-	reports := &reporter.Reporter{Client: c, TaskQueue: taskQueue, Retention: time.Minute}
-	report := func(count int, key string) {
-		require.NoError(t, reports.Report(ctx, message.FailureReport{
-			Message:         message.Message{MessageID: msgID, Payload: []byte("x"), OriginalQueue: queue},
-			Failure:         policy.Failure{Category: "transient", Reason: "503"},
-			Policy:          p,
-			DeadLetterQueue: "dead",
-			RetryCount:      count,
-			RetryKey:        key,
-		}))
-	}
-	state := func() workflows.State {
-		v, err := c.QueryWorkflow(ctx, id, "", workflows.QueryState)
-		require.NoError(t, err)
-		var st workflows.State
-		require.NoError(t, v.Get(&st))
-		return st
-	}
 
 	report(0, "")
 	waitForStatus(t, ctx, c, id, workflows.StatusHeld)
@@ -201,39 +150,9 @@ const heldKeyReportHistory = "held-report-with-held-key-counts"
 // not the one the consumer already had. With RECORD_HISTORIES set, the run's history is written
 // there for the replay tests.
 func TestReportWithTheHeldRetrysKeyOnADevServer(t *testing.T) {
-	srv := devserver.StartForTest(t)
-	c := srv.DialForTest(t)
-
-	taskQueue := "heldkey-" + strconv.FormatInt(time.Now().UnixNano(), 36)
-	msgID := taskQueue
-	pub := &memPublisher{}
-	acts := &activities.Activities{Publisher: pub, Gate: holdingGate{}, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
-	w := worker.New(c, worker.Options{TaskQueue: taskQueue, StopTimeout: time.Second}, acts)
-	require.NoError(t, w.Start())
-	defer w.Stop()
-
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	p := heldPolicy()
-	id := message.WorkflowID("orders", msgID)
-	reports := &reporter.Reporter{Client: c, TaskQueue: taskQueue, Retention: time.Minute}
-	report := func(count int, key string) {
-		require.NoError(t, reports.Report(ctx, message.FailureReport{
-			Message:         message.Message{MessageID: msgID, Payload: []byte("x"), OriginalQueue: "orders"},
-			Failure:         policy.Failure{Category: "transient", Reason: "503"},
-			Policy:          p,
-			DeadLetterQueue: "dead",
-			RetryCount:      count,
-			RetryKey:        key,
-		}))
-	}
-	state := func() workflows.State {
-		v, err := c.QueryWorkflow(ctx, id, "", workflows.QueryState)
-		require.NoError(t, err)
-		var st workflows.State
-		require.NoError(t, v.Get(&st))
-		return st
-	}
+	h := startHeldRun(t, "heldkey-", "")
+	ctx, c := h.ctx, h.c
+	msgID, id, pub, report, state := h.msgID, h.id, h.pub, h.report, h.state
 
 	report(0, "")
 	waitForStatus(t, ctx, c, id, workflows.StatusHeld)
@@ -254,4 +173,61 @@ func TestReportWithTheHeldRetrysKeyOnADevServer(t *testing.T) {
 
 	_, err := historytest.Record(ctx, c, id, heldKeyReportHistory)
 	require.NoError(t, err)
+}
+
+// heldRun drives one message's run under a gate that holds every retry: reports of it, and its
+// state.
+type heldRun struct {
+	t       *testing.T
+	ctx     context.Context
+	c       client.Client
+	msgID   string
+	id      string
+	queue   string
+	reports *reporter.Reporter
+	pub     *memPublisher
+	policy  policy.Policy
+}
+
+// startHeldRun starts a dev server and a worker on a task queue of its own (named from prefix)
+// whose gate holds every destination, for one message of queue (the task queue's name +
+// suffix); the test has two minutes.
+func startHeldRun(t *testing.T, prefix, suffix string) *heldRun {
+	t.Helper()
+	srv := devserver.StartForTest(t)
+	c := srv.DialForTest(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	taskQueue := prefix + strconv.FormatInt(time.Now().UnixNano(), 36)
+	h := &heldRun{t: t, ctx: ctx, c: c, msgID: taskQueue, queue: taskQueue + suffix, pub: &memPublisher{}, policy: heldPolicy(),
+		reports: &reporter.Reporter{Client: c, TaskQueue: taskQueue, Retention: time.Minute}}
+	h.id = message.WorkflowID(h.queue, h.msgID)
+	acts := &activities.Activities{Publisher: h.pub, Gate: holdingGate{}, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	w := worker.New(c, worker.Options{TaskQueue: taskQueue, StopTimeout: time.Second}, acts)
+	require.NoError(t, w.Start())
+	t.Cleanup(w.Stop)
+	return h
+}
+
+// report reports a failure of the delivery with retry count count and retry key key.
+func (h *heldRun) report(count int, key string) {
+	h.t.Helper()
+	require.NoError(h.t, h.reports.Report(h.ctx, message.FailureReport{
+		Message:         message.Message{MessageID: h.msgID, Payload: []byte("x"), OriginalQueue: h.queue},
+		Failure:         policy.Failure{Category: "transient", Reason: "503"},
+		Policy:          h.policy,
+		DeadLetterQueue: "dead",
+		RetryCount:      count,
+		RetryKey:        key,
+	}))
+}
+
+// state queries the run's state.
+func (h *heldRun) state() workflows.State {
+	h.t.Helper()
+	v, err := h.c.QueryWorkflow(h.ctx, h.id, "", workflows.QueryState)
+	require.NoError(h.t, err)
+	var st workflows.State
+	require.NoError(h.t, v.Get(&st))
+	return st
 }
