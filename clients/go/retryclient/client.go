@@ -19,7 +19,11 @@ type Client struct {
 	mu      sync.Mutex
 	ch      *amqp.Channel
 	returns chan amqp.Return
+	closed  bool
 }
+
+// ErrClosed is returned by Report after Close: a closed client opens no channel again.
+var ErrClosed = errors.New("retryclient: client closed")
 
 // New opens the client's channel on conn. The client does not own conn: closing it is the
 // caller's, after Close.
@@ -77,6 +81,9 @@ func (c *Client) Report(ctx context.Context, d amqp.Delivery, queue string, err 
 func (c *Client) publish(ctx context.Context, id string, body []byte) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.closed {
+		return ErrClosed
+	}
 	if c.ch == nil || c.ch.IsClosed() {
 		if err := c.open(); err != nil {
 			return err
@@ -113,10 +120,11 @@ func (c *Client) publish(ctx context.Context, id string, body []byte) error {
 	return nil
 }
 
-// Close closes the client's channel.
+// Close closes the client's channel; a Report after it fails with ErrClosed.
 func (c *Client) Close() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.closed = true
 	if c.ch == nil {
 		return nil
 	}
