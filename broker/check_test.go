@@ -83,3 +83,18 @@ func TestFieldSizeMatchesAMQPEncoding(t *testing.T) {
 	assert.Equal(t, 5+2+8, fieldSize([]any{true, "abc"}))
 	assert.Equal(t, 1+4+(1+1+2), fieldSize(amqp.Table{"k": true}))
 }
+
+// Priority takes one octet when set, like delivery mode.
+func TestPropertiesSizeCountsThePriority(t *testing.T) {
+	p := amqp.Publishing{ContentType: "text/plain"}
+	without := propertiesSize(p)
+	p.Priority = 5
+	assert.Equal(t, without+1, propertiesSize(p))
+}
+
+// A value of a type AMQP cannot encode has no size: checkField refuses it before anything
+// is sized.
+func TestFieldSizeOfAnUnencodableValueIsZero(t *testing.T) {
+	assert.Zero(t, fieldSize(map[string]any{"a": 1}))
+	assert.Zero(t, fieldSize(uint64(1)))
+}

@@ -35,6 +35,9 @@ func Dial(cfg Config) (*amqp.Connection, error) {
 	return nil, fmt.Errorf("no broker of %d accepted: %w", len(urls), errors.Join(errs...))
 }
 
+// dialNet opens a dial's transport; a variable so that unit tests can hand amqp091 an in-memory pipe.
+var dialNet = (*net.Dialer).Dial
+
 // dialOne opens a connection to the broker at rawURL.
 func dialOne(cfg Config, rawURL string) (*amqp.Connection, error) {
 	addr := Addr(rawURL)
@@ -62,7 +65,7 @@ func dialOne(cfg Config, rawURL string) (*amqp.Connection, error) {
 		TLSClientConfig: tlsConfig,
 		Properties:      props,
 		Dial: func(network, addr string) (net.Conn, error) {
-			c, err := dialer.Dial(network, addr)
+			c, err := dialNet(dialer, network, addr)
 			if err != nil {
 				return nil, err
 			}
