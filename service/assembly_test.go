@@ -69,6 +69,12 @@ func TestOpsAuthErrorsNameTheirSource(t *testing.T) {
 	require.NoError(t, os.WriteFile(file, []byte("no-equals-sign\n"), 0o600))
 	_, err = opsAuth(config.Config{APITokensFile: file}, discard)
 	require.ErrorContains(t, err, file)
+
+	// A name given in both places is one name twice.
+	require.NoError(t, os.WriteFile(file, []byte("alice:viewer=file-secret-0123456789\n"), 0o600))
+	_, err = opsAuth(config.Config{APITokens: "alice:admin=env-secret-0123456789", APITokensFile: file}, discard)
+	require.ErrorContains(t, err, `API_TOKENS: token name "alice" is used twice`)
+	assert.NotContains(t, err.Error(), "secret-0123456789")
 }
 
 func TestLoadCatalogShapesTheBuiltInDefault(t *testing.T) {
@@ -151,4 +157,21 @@ func TestPriorAttemptsWrapsTemporalErrors(t *testing.T) {
 	c.On("QueryWorkflow", mock.Anything, "wf", "earlier", workflows.QueryState).Return(nil, errors.New("no worker"))
 	_, err = history{client: c, namespace: "ns"}.PriorAttempts(context.Background(), "wf", "current")
 	require.ErrorContains(t, err, "query run earlier: no worker")
+}
+
+// badState is a query answer that does not decode.
+type badState struct{}
+
+func (badState) HasValue() bool { return true }
+func (badState) Get(any) error  { return errors.New("not a State") }
+
+func TestPriorAttemptsWrapsADecodeError(t *testing.T) {
+	c := mocks.NewClient(t)
+	c.On("ListWorkflow", mock.Anything, mock.Anything).Return(&workflowservice.ListWorkflowExecutionsResponse{
+		Executions: []*workflowpb.WorkflowExecutionInfo{closedRun("earlier", time.Now())}}, nil)
+	c.On("QueryWorkflow", mock.Anything, "wf", "earlier", workflows.QueryState).Return(badState{}, nil)
+
+	_, err := history{client: c, namespace: "ns"}.PriorAttempts(context.Background(), "wf", "current")
+
+	require.ErrorContains(t, err, "decode state of run earlier: not a State")
 }

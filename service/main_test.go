@@ -2,6 +2,8 @@ package service
 
 import (
 	"bytes"
+	"log/slog"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -53,4 +55,16 @@ func TestWantsVersion(t *testing.T) {
 	} {
 		assert.Equal(t, tc.want, wantsVersion(tc.args), "%q", tc.args)
 	}
+}
+
+// Main answers -h with the usage and exit code 0, and a configuration Run refuses with 1.
+func TestMainExitCodes(t *testing.T) {
+	old := slog.Default()
+	t.Cleanup(func() { slog.SetDefault(old) })
+	tracingOff(t)
+
+	assert.Equal(t, 0, Main([]string{"-h"}))
+
+	t.Setenv("API_TOKENS_FILE", filepath.Join(t.TempDir(), "missing"))
+	assert.Equal(t, 1, Main([]string{"bridge", "-log-level", "error"}))
 }

@@ -31,9 +31,7 @@ func TestProcessModes(t *testing.T) {
 // Without the OTEL_* variables tracing is off: the Temporal client gets no interceptor, and
 // the flush is a no-op that returns.
 func TestProcessTracingOffAddsNoInterceptor(t *testing.T) {
-	for _, v := range []string{"OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_TRACES_EXPORTER"} {
-		t.Setenv(v, "")
-	}
+	tracingOff(t)
 	p := &process{cfg: config.Config{ServiceName: "retry-scheduler"}, logger: discard}
 	flush, err := p.setupTracing(context.Background())
 	require.NoError(t, err)

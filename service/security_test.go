@@ -298,3 +298,16 @@ func TestTemporalDialBalancesOverAListOfFrontends(t *testing.T) {
 	}
 	assert.GreaterOrEqual(t, b.calls()-before, 20)
 }
+
+// A setting whose payload keys do not parse is refused by both the client options and the
+// codec endpoint, naming PAYLOAD_KEYS.
+func TestBadPayloadKeysAreRefused(t *testing.T) {
+	cfg := config.Default()
+	cfg.PayloadKeys = "not-a-key"
+	_, err := TemporalOptions(cfg)
+	assert.ErrorContains(t, err, "PAYLOAD_KEYS")
+
+	cfg.CodecToken = "a-long-enough-codec-token"
+	_, err = codecHandler(cfg)
+	assert.ErrorContains(t, err, "PAYLOAD_KEYS")
+}

@@ -106,15 +106,16 @@ func Run(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 	}
 	p.pub = broker.NewPublisher(p.bcfg, logger.With("component", "publisher"))
 	defer p.pub.Close()
+	return p.run(ctx, auth)
+}
 
-	p.checks = map[string]ops.Check{
-		"temporal": func(ctx context.Context) error {
-			_, err := p.tc.CheckHealth(ctx, &client.CheckHealthRequest{})
-			return err
-		},
-	}
+// run starts the parts of the process's mode on its connections (the Temporal client, the
+// publisher) and waits for them: until ctx is done or one of them fails. Its deferred steps
+// run before Run's: the worker stops, then the breaker counts are flushed.
+func (p *process) run(ctx context.Context, auth *ops.Auth) error {
+	p.checks = map[string]ops.Check{"temporal": p.temporalReady}
 	p.g, p.ctx = errgroup.WithContext(ctx)
-	if cfg.BreakersEnabled() {
+	if p.cfg.BreakersEnabled() {
 		p.startBreakerCounter()
 		// Deferred before the worker's stop, so it runs after it: what the worker republished
 		// while stopping, after the loop's last flush, is reported too.
@@ -125,23 +126,24 @@ func Run(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 		if err != nil {
 			return err
 		}
-		defer stopWorker(w, p.fatal, logger)
+		defer stopWorker(w, p.fatal, fatalStopWait, p.logger)
 	}
 	if p.runsBridge() {
 		p.startBridge()
 	}
-	if cfg.RunsDepthPoller() {
-		// The depth gauges come from visibility counts: one poller per deployment.
-		depth := metrics.NewDepthPoller(metrics.DepthConfig{
-			Client: p.tc, TaskQueue: cfg.TaskQueue, Interval: cfg.MetricsInterval,
-			Logger: logger.With("component", "depth"),
-		}, p.reg)
-		p.g.Go(func() error { return depth.Run(p.ctx) })
+	if p.cfg.RunsDepthPoller() {
+		p.startDepthPoller()
 	}
 	if err := p.serveHTTP(auth); err != nil {
 		return err
 	}
 	return p.g.Wait()
+}
+
+// temporalReady is the readiness check of the Temporal connection: the frontend's health.
+func (p *process) temporalReady(ctx context.Context) error {
+	_, err := p.tc.CheckHealth(ctx, &client.CheckHealthRequest{})
+	return err
 }
 
 // process is one service process being assembled by Run: what its parts share.
@@ -286,15 +288,21 @@ func (p *process) startWorker() (sdkworker.Worker, error) {
 	}
 	logger.Info("worker started", "task_queue", cfg.TaskQueue)
 	p.live["worker"] = p.fatal.Check
+	p.endOnFatal()
+	return w, nil
+}
+
+// endOnFatal ends the process with the worker's fatal error, when one comes before the
+// process ends otherwise.
+func (p *process) endOnFatal() {
 	p.g.Go(func() error {
 		select {
 		case <-p.ctx.Done():
 			return nil
 		case <-p.fatal.Done():
-			return fmt.Errorf("worker on task queue %q stopped on a fatal error: %w", cfg.TaskQueue, p.fatal.Err())
+			return fmt.Errorf("worker on task queue %q stopped on a fatal error: %w", p.cfg.TaskQueue, p.fatal.Err())
 		}
 	})
-	return w, nil
 }
 
 // startBridge starts the bridge on the ingress queue, reporting through Temporal; its
@@ -336,20 +344,21 @@ func (p *process) startBridge() {
 	p.g.Go(func() error { return b.Run(p.ctx) })
 }
 
-// serveHTTP serves health, readiness and metrics, the ops API and page where the process
-// runs them, and the payload codec endpoint when PAYLOAD_KEYS and CODEC_TOKEN are set; it
-// shuts the server down when the process ends.
+// startDepthPoller starts the depth gauges, which come from visibility counts: one poller per
+// deployment (DEPTH_POLLER).
+func (p *process) startDepthPoller() {
+	depth := metrics.NewDepthPoller(metrics.DepthConfig{
+		Client: p.tc, TaskQueue: p.cfg.TaskQueue, Interval: p.cfg.MetricsInterval,
+		Logger: p.logger.With("component", "depth"),
+	}, p.reg)
+	p.g.Go(func() error { return depth.Run(p.ctx) })
+}
+
+// serveHTTP serves httpHandler on HTTP_ADDR; it shuts the server down when the process ends.
 func (p *process) serveHTTP(auth *ops.Auth) error {
-	mux := ops.Handler(p.reg, p.live, p.checks)
-	if p.runsOps() {
-		if err := mountOpsAPI(mux, p.cfg, p.tc, p.topts.DataConverter, auth, p.logger.With("component", "ops")); err != nil {
-			return err
-		}
-	}
-	if h, err := codecHandler(p.cfg); err != nil {
+	mux, err := p.httpHandler(auth)
+	if err != nil {
 		return err
-	} else if h != nil {
-		mux.Handle(CodecPath, h)
 	}
 	srv := newHTTPServer(p.cfg.HTTPAddr, mux)
 	p.g.Go(func() error {
@@ -361,14 +370,37 @@ func (p *process) serveHTTP(auth *ops.Auth) error {
 	})
 	p.g.Go(func() error {
 		<-p.ctx.Done()
-		if at := p.fatal.At(); !at.IsZero() {
-			// Probes see the 503 before the port closes.
-			t := time.NewTimer(time.Until(at.Add(fatalLinger)))
-			<-t.C
-		}
+		lingerAfterFatal(p.fatal, fatalLinger)
 		return shutdownHTTP(srv, shutdownTimeout, p.logger)
 	})
 	return nil
+}
+
+// httpHandler is the ops HTTP server's handler: health, readiness and metrics, the ops API and
+// page where the process runs them, and the payload codec endpoint when PAYLOAD_KEYS and
+// CODEC_TOKEN are set.
+func (p *process) httpHandler(auth *ops.Auth) (*http.ServeMux, error) {
+	mux := ops.Handler(p.reg, p.live, p.checks)
+	if p.runsOps() {
+		if err := mountOpsAPI(mux, p.cfg, p.tc, p.topts.DataConverter, auth, p.logger.With("component", "ops")); err != nil {
+			return nil, err
+		}
+	}
+	if h, err := codecHandler(p.cfg); err != nil {
+		return nil, err
+	} else if h != nil {
+		mux.Handle(CodecPath, h)
+	}
+	return mux, nil
+}
+
+// lingerAfterFatal returns once linger has passed since the fatal error, if one was reported,
+// so that probes see the 503 before the port closes; at once otherwise.
+func lingerAfterFatal(fatal *worker.Fatal, linger time.Duration) {
+	if at := fatal.At(); !at.IsZero() {
+		t := time.NewTimer(time.Until(at.Add(linger)))
+		<-t.C
+	}
 }
 
 // shutdownHTTP stops srv, letting requests in flight finish for up to wait. A
@@ -399,9 +431,9 @@ func startGate(ctx context.Context, g *errgroup.Group, cfg config.Config, tc cli
 }
 
 // stopWorker stops w, waiting up to its stop timeout for in-flight publishes. After a fatal
-// error the SDK is stopping it already: it waits for that until fatalStopWait after the error,
-// then leaves it to finish alone, so that the process can exit.
-func stopWorker(w sdkworker.Worker, fatal *worker.Fatal, logger *slog.Logger) {
+// error the SDK is stopping it already: it waits for that until wait (fatalStopWait) after the
+// error, then leaves it to finish alone, so that the process can exit.
+func stopWorker(w sdkworker.Worker, fatal *worker.Fatal, wait time.Duration, logger *slog.Logger) {
 	at := fatal.At()
 	if at.IsZero() {
 		w.Stop()
@@ -409,12 +441,12 @@ func stopWorker(w sdkworker.Worker, fatal *worker.Fatal, logger *slog.Logger) {
 	}
 	stopped := make(chan struct{})
 	go func() { w.Stop(); close(stopped) }()
-	t := time.NewTimer(time.Until(at.Add(fatalStopWait)))
+	t := time.NewTimer(time.Until(at.Add(wait)))
 	defer t.Stop()
 	select {
 	case <-stopped:
 	case <-t.C:
-		logger.Warn("worker still stopping; not waiting longer", "component", "worker", "waited_ms", fatalStopWait.Milliseconds())
+		logger.Warn("worker still stopping; not waiting longer", "component", "worker", "waited_ms", wait.Milliseconds())
 	}
 }
 
