@@ -71,20 +71,13 @@ func (r *retryRun) heldRetryWentOut(rep message.FailureReport) bool {
 	return workflow.GetVersion(r.ctx, changeHeldKeyReportCounts, workflow.DefaultVersion, 1) != workflow.DefaultVersion
 }
 
-// takeLostRepublish records the held retry as gone out with key, as republish would have:
-// the hold ends and the run awaits that retry's outcome, which the report in hand is.
+// takeLostRepublish records the held retry as gone out with key, as republish would have
+// (when, it cannot tell): the hold ends and the run awaits that retry's outcome, which the
+// report in hand is.
 func (r *retryRun) takeLostRepublish(key string) {
 	s := &r.state
 	s.Sequence++
-	s.RetryCount++
-	r.lastKey = key
-	r.released, r.probe = false, false
-	r.endHold()
-	if n := len(s.Attempts); n > 0 {
-		s.Attempts[n-1].RetryKey = key // its RepublishedAt is not known
-	}
-	s.NextRetryAt = time.Time{}
-	s.Status = StatusAwaitingOutcome
+	r.sent(key, time.Time{})
 	r.event("note", "", "report for "+key+", the key of the held retry: it went out in a workflow task that "+
 		"did not complete (its worker stopped); counted as the failure of retry "+strconv.Itoa(s.RetryCount))
 	workflow.GetLogger(r.ctx).Info("report for the held retry's key counted as its failure",

@@ -70,17 +70,24 @@ func (r *retryRun) republish() {
 	if r.probe {
 		r.probeKey = key
 	}
+	r.sent(key, res.PublishedAt)
+	r.upsert()
+}
+
+// sent records the next retry as gone out with key at publishedAt (zero when not known): any
+// hold ends, and the run awaits that retry's outcome.
+func (r *retryRun) sent(key string, publishedAt time.Time) {
+	s := &r.state
 	r.released, r.probe = false, false
 	r.endHold()
-	s.RetryCount = attempt
+	s.RetryCount++
 	r.lastKey = key
 	if n := len(s.Attempts); n > 0 {
-		s.Attempts[n-1].RepublishedAt = res.PublishedAt
+		s.Attempts[n-1].RepublishedAt = publishedAt
 		s.Attempts[n-1].RetryKey = key
 	}
 	s.NextRetryAt = time.Time{}
 	s.Status = StatusAwaitingOutcome
-	r.upsert()
 }
 
 // waitOutcome waits the quiet window: a new failure report continues the loop, silence
