@@ -19,6 +19,7 @@
 package main
 
 import (
+	"cmp"
 	"flag"
 	"fmt"
 	"io"
@@ -36,6 +37,7 @@ func main() {
 	gatesFile := fs.String("coverage-gates", "", "file of gates, one package=percent (or package=off) a line, # comments: every package with statements must have one")
 	excluded := fs.String("excluded", "", "output of go test -list PATTERN for the tests the run excludes with -skip PATTERN")
 	excludedReason := fs.String("excluded-reason", "", "why the -excluded tests are left out")
+	slowest := fs.Int("slowest", 10, "list the N slowest top-level tests (0: none)")
 	failOnSkip := fs.Bool("fail-on-skip", ciTrue(os.Getenv("CI")), "fail when any test skipped (default: CI set to a true value)")
 	_ = fs.Parse(os.Args[1:])
 	if *gatesFile != "" {
@@ -44,7 +46,7 @@ func main() {
 			os.Exit(2)
 		}
 	}
-	o := options{profile: *profile, gates: gates, failOnSkip: *failOnSkip, everyPackage: *gatesFile != ""}
+	o := options{profile: *profile, gates: gates, failOnSkip: *failOnSkip, everyPackage: *gatesFile != "", slowest: *slowest}
 	if *excluded != "" {
 		list, err := readExcluded(*excluded, *excludedReason)
 		if err != nil {
@@ -65,6 +67,9 @@ type options struct {
 	everyPackage bool
 	// excluded are the tests the run left out (-skip), each with its reason.
 	excluded []skip
+	// slowest is how many of the slowest top-level tests to list, so that CI's log says
+	// where a tier's time goes.
+	slowest int
 }
 
 // run reports the stream and returns the exit code.
@@ -76,6 +81,7 @@ func run(in io.Reader, out io.Writer, o options) int {
 	}
 	ok := !r.failed
 	printSkips(out, append(r.skips, o.excluded...))
+	printSlowest(out, r.timings, o.slowest)
 	if len(r.skips) > 0 && o.failOnSkip {
 		fmt.Fprintf(out, "FAIL: %d skipped tests under CI=true: every prerequisite is installed there (make tools)\n", len(r.skips))
 		ok = false
@@ -122,6 +128,24 @@ func printSkips(out io.Writer, skips []skip) {
 			word = "EXCLUDED"
 		}
 		fmt.Fprintf(out, "  %s %s %s: %s\n", word, s.pkg, s.test, reason)
+	}
+}
+
+// printSlowest lists the n slowest top-level tests, slowest first, and what all of them took.
+func printSlowest(out io.Writer, timings []timing, n int) {
+	if n <= 0 || len(timings) == 0 {
+		return
+	}
+	sorted := slices.Clone(timings)
+	slices.SortStableFunc(sorted, func(a, b timing) int { return cmp.Compare(b.seconds, a.seconds) })
+	total := 0.0
+	for _, t := range sorted {
+		total += t.seconds
+	}
+	n = min(n, len(sorted))
+	fmt.Fprintf(out, "== slowest tests: %d of %d, which took %.1f s in all\n", n, len(sorted), total)
+	for _, t := range sorted[:n] {
+		fmt.Fprintf(out, "  %7.1f s  %s %s\n", t.seconds, t.pkg, t.test)
 	}
 }
 

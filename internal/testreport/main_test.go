@@ -223,3 +223,22 @@ func TestEveryPackageNeedsAGateOrOff(t *testing.T) {
 	assert.Equal(t, 0, run(strings.NewReader(passing()), &out, options{gates: gateFlag{{pkg: "m/a", min: 85}}}),
 		"without a gates file, ungated packages pass")
 }
+
+func TestSlowestTopLevelTestsAreListed(t *testing.T) {
+	in := `{"Action":"pass","Package":"m/a","Test":"TestQuick","Elapsed":0.5}
+{"Action":"pass","Package":"m/a","Test":"TestSlow/sub","Elapsed":30}
+{"Action":"pass","Package":"m/a","Test":"TestSlow","Elapsed":31}
+{"Action":"fail","Package":"m/b","Test":"TestMiddling","Elapsed":4.25}
+{"Action":"skip","Package":"m/b","Test":"TestSkipped","Elapsed":99}
+{"Action":"pass","Package":"m/a","Elapsed":40}
+`
+	var out strings.Builder
+	run(strings.NewReader(in), &out, options{slowest: 2})
+	assert.Contains(t, out.String(), "== slowest tests: 2 of 3, which took 35.8 s in all\n"+
+		"     31.0 s  m/a TestSlow\n"+
+		"      4.2 s  m/b TestMiddling\n", "top-level tests only, slowest first; skips and packages are not tests that ran")
+
+	out.Reset()
+	run(strings.NewReader(in), &out, options{})
+	assert.NotContains(t, out.String(), "slowest", "0 lists none")
+}

@@ -16,6 +16,7 @@ type event struct {
 	Package string
 	Test    string
 	Output  string
+	Elapsed float64 // seconds, on a test's pass, fail or skip
 }
 
 // skip is a skipped test and the lines it logged (t.Skip's message among them), or a test
@@ -30,6 +31,13 @@ type result struct {
 	failed   bool
 	skips    []skip
 	coverage map[string]float64 // by package, from its "coverage: N% of statements" line
+	timings  []timing           // top-level tests that passed or failed, in the order they ended
+}
+
+// timing is how long a top-level test took.
+type timing struct {
+	pkg, test string
+	seconds   float64
 }
 
 var coverageLine = regexp.MustCompile(`coverage: ([0-9.]+)% of statements`)
@@ -62,6 +70,7 @@ func read(in io.Reader, out io.Writer) (result, error) {
 			r.failed = true
 		case "fail":
 			r.failed = true
+			r.noteTiming(e)
 			if e.Test != "" {
 				fmt.Fprint(out, strings.Join(logs[key], ""))
 			}
@@ -72,6 +81,7 @@ func read(in io.Reader, out io.Writer) (result, error) {
 			}
 			delete(logs, key)
 		case "pass":
+			r.noteTiming(e)
 			delete(logs, key)
 		}
 	}
@@ -113,4 +123,12 @@ func skipReason(lines []string) string {
 		}
 	}
 	return strings.Join(parts, " / ")
+}
+
+// noteTiming keeps how long a top-level test took (subtests are inside their parent's time).
+func (r *result) noteTiming(e event) {
+	if e.Test == "" || strings.Contains(e.Test, "/") {
+		return
+	}
+	r.timings = append(r.timings, timing{pkg: e.Package, test: e.Test, seconds: e.Elapsed})
 }
