@@ -1,5 +1,5 @@
 # syntax=docker/dockerfile:1
-# retry-scheduler: one binary, modes all | worker | bridge (see config/).
+# retry-scheduler: one binary, modes all | worker | bridge (see internal/config/).
 #
 #   docker build -t retry-scheduler \
 #     --build-arg VERSION=$(git describe --tags --always --dirty) \
@@ -12,7 +12,7 @@
 # nothing can be read from git in here: without the arguments the image says "dev" and
 # "unknown".
 
-# Exactly go.mod's Go (buildinfo/dockerfile_test.go checks); GOTOOLCHAIN=local makes a
+# Exactly go.mod's Go (internal/buildinfo/dockerfile_test.go checks); GOTOOLCHAIN=local makes a
 # mismatch fail the build instead of downloading another toolchain.
 FROM golang:1.26.8-bookworm AS build
 ENV GOTOOLCHAIN=local CGO_ENABLED=0

@@ -152,7 +152,7 @@ image: ## Build the container image $(IMAGE):$(VERSION) (needs a Docker engine)
 # replayed against this checkout's workflow code before it is deployed (docs/operations.md).
 replay: ## Replay exported workflow histories against the current code: make replay HISTORIES=dir
 	@[ -n "$(HISTORIES)" ] || { echo "usage: make replay HISTORIES=<directory of exported histories>" >&2; exit 2; }
-	REPLAY_HISTORIES="$(abspath $(HISTORIES))" $(GO) test -count=1 -run 'TestReplay' ./workflows/
+	REPLAY_HISTORIES="$(abspath $(HISTORIES))" $(GO) test -count=1 -run 'TestReplay' ./internal/workflows/
 
 # The server (dev or postgres, by TEMPORAL) of `make run`: its devserver flags, its name in
 # messages, and how many tenths of a second to wait for it (postgres: schema set-up too).
@@ -288,7 +288,7 @@ test-e2e-postgres: temporal-server rabbitmq ## e2e tests (-tags integration temp
 # The RabbitMQ-cluster tests alone (private three-node clusters of the machine's
 # rabbitmq-server, a node killed under load); make test runs them in the integration tier.
 test-cluster: tools rabbitmq ## The RabbitMQ-cluster tests alone (three local nodes, one killed under load)
-	$(GO) test -race -count=1 -tags integration -timeout 15m -run '^(TestClusterNodeLossUnderLoad|TestPublisherGetsPastAQuorumLeaderCrash|TestClusterSurvivesANodeCrash)$$' ./e2e/ ./broker/ ./internal/rabbitcluster/
+	$(GO) test -race -count=1 -tags integration -timeout 15m -run '^(TestClusterNodeLossUnderLoad|TestPublisherGetsPastAQuorumLeaderCrash|TestClusterSurvivesANodeCrash)$$' ./e2e/ ./internal/broker/ ./internal/rabbitcluster/
 
 # The breaker outage scenario with three service processes, with and without SIGKILLs (build
 # tag processes). Outside make test: on a busy 2-core machine most messages are dead-lettered
@@ -344,7 +344,7 @@ fuzz: ## Run each Fuzz target for FUZZ_LONG_TIME (2m)
 
 # staticcheck's settings are in staticcheck.conf. The linters are file targets: a missing one
 # is installed first, and one that cannot be installed fails lint.
-lint: $(WORKFLOWCHECK) $(STATICCHECK) ## go vet and staticcheck (with and without -tags integration), gofmt, workflowcheck ./workflows/... ./jobs/..., docker compose config
+lint: $(WORKFLOWCHECK) $(STATICCHECK) ## go vet and staticcheck (with and without -tags integration), gofmt, workflowcheck ./internal/workflows/... ./internal/jobs/..., docker compose config
 	@echo "== lint"
 	$(GO) vet ./...
 	$(GO) vet -tags integration ./...
@@ -355,13 +355,13 @@ lint: $(WORKFLOWCHECK) $(STATICCHECK) ## go vet and staticcheck (with and withou
 	done
 	$(STATICCHECK) ./...
 	$(STATICCHECK) -tags integration ./...
-	$(WORKFLOWCHECK) ./workflows/... ./jobs/...
+	$(WORKFLOWCHECK) ./internal/workflows/... ./internal/jobs/...
 	@if docker compose version >/dev/null 2>&1; then echo "docker compose config -q"; docker compose config -q; \
 	else echo "docker compose is not installed: docker-compose.yml not checked"; fi
 
-# The configuration reference is generated from the settings list (config/settings.go); a unit
+# The configuration reference is generated from the settings list (internal/config/settings.go); a unit
 # test (config.TestConfigurationReferenceIsCurrent) fails when the committed file differs.
-docs: ## Regenerate docs/configuration-reference.md from config/settings.go
+docs: ## Regenerate docs/configuration-reference.md from internal/config/settings.go
 	$(GO) run ./internal/configdoc -o docs/configuration-reference.md
 
 demo: ## Inject demo traffic with the starter (run `make run` in another terminal first)

@@ -44,7 +44,7 @@ type ruleFile struct {
 	} `yaml:"groups"`
 }
 
-// exported are the series the service exports that the rules may use (metrics/README.md).
+// exported are the series the service exports that the rules may use (internal/metrics/README.md).
 var exported = map[string]bool{
 	"dead_letters_total": true, "bridge_deliveries_total": true, "retry_lateness_seconds_bucket": true,
 	"dead_letter_oldest_age_seconds": true, "dead_letter_depth": true, "depth_poll_last_success_timestamp_seconds": true,
@@ -54,7 +54,7 @@ var exported = map[string]bool{
 	"metrics_queue_label_overflow_total": true, "reports_set_aside_total": true,
 }
 
-// sdkSeries are the Temporal SDK's series the process exports through tally (metrics/README.md,
+// sdkSeries are the Temporal SDK's series the process exports through tally (internal/metrics/README.md,
 // temporal_*), with the SDK's names and labels.
 var sdkSeries = map[string]bool{
 	"temporal_worker_start_total":                                     true,

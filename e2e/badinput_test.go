@@ -19,15 +19,15 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/retry-scheduler/retry-scheduler/broker"
-	"github.com/retry-scheduler/retry-scheduler/broker/brokertest"
-	"github.com/retry-scheduler/retry-scheduler/deadletter"
+	"github.com/retry-scheduler/retry-scheduler/internal/broker"
+	"github.com/retry-scheduler/retry-scheduler/internal/broker/brokertest"
+	"github.com/retry-scheduler/retry-scheduler/internal/deadletter"
+	"github.com/retry-scheduler/retry-scheduler/internal/workflows"
 	"github.com/retry-scheduler/retry-scheduler/message"
-	"github.com/retry-scheduler/retry-scheduler/workflows"
 )
 
 // The bad-input catalogue through the real broker and Temporal (the whole table, decoder-level,
-// is bridge/badinput_test.go): each input ends as a republish or as an envelope on the
+// is internal/bridge/badinput_test.go): each input ends as a republish or as an envelope on the
 // dead-letter queue with a reason, and nothing is left behind or lost.
 func TestBadInputCatalogueThroughTheBroker(t *testing.T) {
 	s := newStack(t)

@@ -19,10 +19,10 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/api/workflowservice/v1"
 
-	"github.com/retry-scheduler/retry-scheduler/config"
+	"github.com/retry-scheduler/retry-scheduler/internal/config"
+	"github.com/retry-scheduler/retry-scheduler/internal/visibility"
+	"github.com/retry-scheduler/retry-scheduler/internal/workflows"
 	"github.com/retry-scheduler/retry-scheduler/message"
-	"github.com/retry-scheduler/retry-scheduler/visibility"
-	"github.com/retry-scheduler/retry-scheduler/workflows"
 )
 
 // Circuit breakers per destination, as a user of the broker sees them: an outage held

@@ -14,12 +14,12 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/retry-scheduler/retry-scheduler/broker"
-	"github.com/retry-scheduler/retry-scheduler/broker/brokertest"
-	"github.com/retry-scheduler/retry-scheduler/deadletter/schematest"
+	"github.com/retry-scheduler/retry-scheduler/internal/broker"
+	"github.com/retry-scheduler/retry-scheduler/internal/broker/brokertest"
+	"github.com/retry-scheduler/retry-scheduler/internal/deadletter/schematest"
+	"github.com/retry-scheduler/retry-scheduler/internal/service"
+	"github.com/retry-scheduler/retry-scheduler/internal/workflows"
 	"github.com/retry-scheduler/retry-scheduler/message"
-	"github.com/retry-scheduler/retry-scheduler/service"
-	"github.com/retry-scheduler/retry-scheduler/workflows"
 )
 
 // Issue 11 items 3, 5 and 7, and the event type: configured dead-letter queues, the
@@ -113,7 +113,7 @@ func TestConfiguredDeadLetterQueuesAreDeclaredAndReceiveEnvelopes(t *testing.T) 
 	assert.Equal(t, "refunds-svc", env.Metadata.Service)
 	assert.Equal(t, "4.2.0", env.Metadata.ServiceVersion)
 	assert.Equal(t, "refund.requested", env.OriginalMessage.EventType)
-	// error_type and stack_trace travel on the attempt (needs workflows/retry.go to copy them
+	// error_type and stack_trace travel on the attempt (needs internal/workflows/retry.go to copy them
 	// from the report onto message.Attempt: see the note in the report).
 	require.NotEmpty(t, env.RetryAttempts)
 	assert.Equal(t, "TimeoutError", env.ErrorType)

@@ -16,11 +16,11 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/api/workflowservice/v1"
 
-	"github.com/retry-scheduler/retry-scheduler/broker"
-	"github.com/retry-scheduler/retry-scheduler/broker/brokertest"
-	"github.com/retry-scheduler/retry-scheduler/config"
+	"github.com/retry-scheduler/retry-scheduler/internal/broker"
+	"github.com/retry-scheduler/retry-scheduler/internal/broker/brokertest"
+	"github.com/retry-scheduler/retry-scheduler/internal/config"
+	"github.com/retry-scheduler/retry-scheduler/internal/workflows"
 	"github.com/retry-scheduler/retry-scheduler/message"
-	"github.com/retry-scheduler/retry-scheduler/workflows"
 )
 
 // floodLegit is the number of legitimate failures in the flood; four times as many bad

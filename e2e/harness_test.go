@@ -23,14 +23,14 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
 
-	"github.com/retry-scheduler/retry-scheduler/broker"
-	"github.com/retry-scheduler/retry-scheduler/broker/brokertest"
-	"github.com/retry-scheduler/retry-scheduler/config"
+	"github.com/retry-scheduler/retry-scheduler/internal/broker"
+	"github.com/retry-scheduler/retry-scheduler/internal/broker/brokertest"
+	"github.com/retry-scheduler/retry-scheduler/internal/config"
 	"github.com/retry-scheduler/retry-scheduler/internal/devserver"
+	"github.com/retry-scheduler/retry-scheduler/internal/service"
+	"github.com/retry-scheduler/retry-scheduler/internal/workflows"
+	"github.com/retry-scheduler/retry-scheduler/internal/workflows/historytest"
 	"github.com/retry-scheduler/retry-scheduler/message"
-	"github.com/retry-scheduler/retry-scheduler/service"
-	"github.com/retry-scheduler/retry-scheduler/workflows"
-	"github.com/retry-scheduler/retry-scheduler/workflows/historytest"
 )
 
 // policyFile routes the test's queues to short delays so that a test takes seconds:
@@ -279,7 +279,7 @@ func (s *stack) retryStatus(id string) workflows.Status {
 }
 
 // recordHistory writes the workflow's history to $RECORD_HISTORIES/<name>.json for the replay
-// tests (workflows/testdata/histories); without the variable it does nothing. It never
+// tests (internal/workflows/testdata/histories); without the variable it does nothing. It never
 // replaces a recorded history (historytest.ErrExists).
 func (s *stack) recordHistory(id, name string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

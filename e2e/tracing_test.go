@@ -13,9 +13,9 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/retry-scheduler/retry-scheduler/internal/tracing/tracingtest"
+	"github.com/retry-scheduler/retry-scheduler/internal/workflows"
 	"github.com/retry-scheduler/retry-scheduler/message"
-	"github.com/retry-scheduler/retry-scheduler/tracing/tracingtest"
-	"github.com/retry-scheduler/retry-scheduler/workflows"
 )
 
 // A failed message's trace runs through the scheduler: the bridge's delivery span continues

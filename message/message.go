@@ -5,7 +5,7 @@ package message
 import (
 	"time"
 
-	"github.com/retry-scheduler/retry-scheduler/policy"
+	"github.com/retry-scheduler/retry-scheduler/internal/policy"
 )
 
 // Message is everything needed to put a failed message back where it came from.

@@ -3,8 +3,8 @@ package main
 import (
 	"time"
 
-	"github.com/retry-scheduler/retry-scheduler/policy"
-	"github.com/retry-scheduler/retry-scheduler/workflows"
+	"github.com/retry-scheduler/retry-scheduler/internal/policy"
+	"github.com/retry-scheduler/retry-scheduler/internal/workflows"
 )
 
 // Bench policies (-policy): the service's default policy, what every queue without a route

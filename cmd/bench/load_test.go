@@ -8,8 +8,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/retry-scheduler/retry-scheduler/internal/devserver"
-	"github.com/retry-scheduler/retry-scheduler/policy"
-	"github.com/retry-scheduler/retry-scheduler/workflows"
+	"github.com/retry-scheduler/retry-scheduler/internal/policy"
+	"github.com/retry-scheduler/retry-scheduler/internal/workflows"
 )
 
 func TestSummarizeNearestRank(t *testing.T) {

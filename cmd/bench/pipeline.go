@@ -13,12 +13,12 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 	"go.temporal.io/sdk/client"
 
-	"github.com/retry-scheduler/retry-scheduler/broker"
-	"github.com/retry-scheduler/retry-scheduler/config"
+	"github.com/retry-scheduler/retry-scheduler/internal/broker"
+	"github.com/retry-scheduler/retry-scheduler/internal/config"
 	"github.com/retry-scheduler/retry-scheduler/internal/devserver"
 	"github.com/retry-scheduler/retry-scheduler/internal/proc"
+	"github.com/retry-scheduler/retry-scheduler/internal/workflows"
 	"github.com/retry-scheduler/retry-scheduler/message"
-	"github.com/retry-scheduler/retry-scheduler/workflows"
 )
 
 // load is one rate held for a while, a row of a pipeline phase.

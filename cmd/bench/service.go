@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/retry-scheduler/retry-scheduler/internal/proc"
-	"github.com/retry-scheduler/retry-scheduler/service"
+	"github.com/retry-scheduler/retry-scheduler/internal/service"
 )
 
 // serveArg, as the first argument, makes this binary run the service instead of the

@@ -6,7 +6,7 @@ package main
 import (
 	"os"
 
-	"github.com/retry-scheduler/retry-scheduler/service"
+	"github.com/retry-scheduler/retry-scheduler/internal/service"
 )
 
 func main() { os.Exit(service.Main(os.Args[1:])) }

@@ -10,8 +10,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/retry-scheduler/retry-scheduler/broker"
-	"github.com/retry-scheduler/retry-scheduler/broker/brokertest"
+	"github.com/retry-scheduler/retry-scheduler/internal/broker"
+	"github.com/retry-scheduler/retry-scheduler/internal/broker/brokertest"
 	"github.com/retry-scheduler/retry-scheduler/internal/devserver"
 	"github.com/retry-scheduler/retry-scheduler/internal/rabbitcluster"
 )

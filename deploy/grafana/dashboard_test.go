@@ -232,21 +232,21 @@ func TestDashboardQueriesDocumentedSeries(t *testing.T) {
 			}
 		}
 		if !documented[base] && !strings.HasPrefix(n, "temporal_") { // the README's temporal_* row
-			t.Errorf("%s is queried but not listed in metrics/README.md", n)
+			t.Errorf("%s is queried but not listed in internal/metrics/README.md", n)
 		}
 	}
 }
 
-// documentedSeries are the names in the first column of metrics/README.md's series table.
+// documentedSeries are the names in the first column of internal/metrics/README.md's series table.
 func documentedSeries(t *testing.T) map[string]bool {
 	t.Helper()
-	b, err := os.ReadFile("../../metrics/README.md")
+	b, err := os.ReadFile("../../internal/metrics/README.md")
 	require.NoError(t, err)
 	names := map[string]bool{}
 	for _, m := range regexp.MustCompile("(?m)^\\| `([a-z_:]+)` \\|").FindAllStringSubmatch(string(b), -1) {
 		names[m[1]] = true
 	}
-	require.NotEmpty(t, names, "no series table in metrics/README.md")
+	require.NotEmpty(t, names, "no series table in internal/metrics/README.md")
 	return names
 }
 

@@ -30,11 +30,11 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"sigs.k8s.io/yaml"
 
-	"github.com/retry-scheduler/retry-scheduler/config"
+	"github.com/retry-scheduler/retry-scheduler/internal/config"
+	"github.com/retry-scheduler/retry-scheduler/internal/metrics"
+	"github.com/retry-scheduler/retry-scheduler/internal/ops"
+	"github.com/retry-scheduler/retry-scheduler/internal/policy"
 	"github.com/retry-scheduler/retry-scheduler/internal/testenv"
-	"github.com/retry-scheduler/retry-scheduler/metrics"
-	"github.com/retry-scheduler/retry-scheduler/ops"
-	"github.com/retry-scheduler/retry-scheduler/policy"
 )
 
 const (

@@ -1,5 +1,5 @@
 // Command configdoc writes the configuration reference (docs/configuration-reference.md) from
-// the settings list in config/settings.go: `make docs`, or `go run ./internal/configdoc -o FILE`.
+// the settings list in internal/config/settings.go: `make docs`, or `go run ./internal/configdoc -o FILE`.
 package main
 
 import (
@@ -8,7 +8,7 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/retry-scheduler/retry-scheduler/config"
+	"github.com/retry-scheduler/retry-scheduler/internal/config"
 )
 
 func main() {

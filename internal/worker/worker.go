@@ -1,0 +1,104 @@
+// Package worker builds the Temporal worker that runs RetryWorkflow, BreakerWorkflow,
+// JobWorkflow and their activities.
+package worker
+
+import (
+	"time"
+
+	"go.temporal.io/sdk/client"
+	sdkworker "go.temporal.io/sdk/worker"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/retry-scheduler/retry-scheduler/internal/activities"
+	"github.com/retry-scheduler/retry-scheduler/internal/jobs"
+	"github.com/retry-scheduler/retry-scheduler/internal/workflows"
+)
+
+// Defaults of Options.
+const (
+	// DefaultWorkflowPollers is the worker's workflow-task pollers unless told. A task that
+	// finds a poller waiting is handed over at once; one that finds none waits in Temporal's
+	// matching (the first task of a delayed start comes through the normal queue), so too few
+	// pollers cap the throughput (cmd/bench/README.md, Levers).
+	DefaultWorkflowPollers = 16
+	// DefaultStopTimeout lets in-flight publishes finish on shutdown.
+	DefaultStopTimeout = 30 * time.Second
+	// DefaultMaxConcurrentLocalActivities bounds concurrent publishes.
+	DefaultMaxConcurrentLocalActivities = 256
+)
+
+// Options tune the worker.
+type Options struct {
+	// TaskQueue is polled for workflow tasks. Defaults to workflows.DefaultTaskQueue.
+	TaskQueue string
+	// StopTimeout lets in-flight publishes finish on shutdown; it must exceed the publish
+	// deadline. Defaults to DefaultStopTimeout.
+	StopTimeout time.Duration
+	// WorkflowPollers is the number of workflow task pollers. Defaults to DefaultWorkflowPollers.
+	WorkflowPollers int
+	// MaxConcurrentLocalActivities bounds concurrent publishes. Defaults to
+	// DefaultMaxConcurrentLocalActivities.
+	MaxConcurrentLocalActivities int
+	// OnFatalError is called once, on its own goroutine, with the error that stopped the
+	// worker for good (the SDK stops the worker when it returns); it must not block. Fatal.Report
+	// fits. Defaults to nil: the worker stops and nobody is told.
+	OnFatalError func(error)
+	// Jobs are the operators' long actions' activities (jobs.JobWorkflow runs them as local
+	// activities). Defaults to nil: a job's activities then fail, as there is nothing to act with.
+	Jobs *jobs.Activities
+}
+
+func (o Options) withDefaults() Options {
+	if o.TaskQueue == "" {
+		o.TaskQueue = workflows.DefaultTaskQueue
+	}
+	if o.StopTimeout <= 0 {
+		o.StopTimeout = DefaultStopTimeout
+	}
+	if o.WorkflowPollers <= 0 {
+		o.WorkflowPollers = DefaultWorkflowPollers
+	}
+	if o.MaxConcurrentLocalActivities <= 0 {
+		o.MaxConcurrentLocalActivities = DefaultMaxConcurrentLocalActivities
+	}
+	return o
+}
+
+// New registers the workflows and the activities on a worker for the task queue; the caller
+// runs it (Start/Stop or Run).
+func New(c client.Client, o Options, acts *activities.Activities) sdkworker.Worker {
+	o = o.withDefaults()
+	w := sdkworker.New(c, o.TaskQueue, SDKOptions(o))
+	RegisterWorkflows(w)
+	w.RegisterActivity(acts)
+	ja := o.Jobs
+	if ja == nil {
+		ja = &jobs.Activities{}
+	}
+	w.RegisterActivity(ja)
+	return w
+}
+
+// SDKOptions are the SDK worker options New uses for o (defaults applied). The benchmark's
+// bare-engine probe (./cmd/bench) runs on them too, so that its ceiling is measured with the
+// service's own worker settings.
+func SDKOptions(o Options) sdkworker.Options {
+	o = o.withDefaults()
+	return sdkworker.Options{
+		WorkerStopTimeout:                       o.StopTimeout,
+		MaxConcurrentWorkflowTaskPollers:        o.WorkflowPollers,
+		MaxConcurrentLocalActivityExecutionSize: o.MaxConcurrentLocalActivities,
+		OnFatalError:                            o.OnFatalError,
+		// Every activity of the workflows is local, and always was: activity-task pollers
+		// would only hold long polls open on the server for tasks that never come. A job's
+		// are local too: short batches whose paging state lives in the job's workflow.
+		LocalActivityWorkerOnly: true,
+	}
+}
+
+// RegisterWorkflows puts the workflows on a registry: a worker, or a replayer in tests.
+func RegisterWorkflows(r sdkworker.WorkflowRegistry) {
+	r.RegisterWorkflowWithOptions(workflows.RetryWorkflow, workflow.RegisterOptions{Name: workflows.RetryWorkflowName})
+	r.RegisterWorkflowWithOptions(workflows.BreakerWorkflow, workflow.RegisterOptions{Name: workflows.BreakerWorkflowName})
+	r.RegisterWorkflowWithOptions(jobs.JobWorkflow, workflow.RegisterOptions{Name: jobs.WorkflowName})
+}

@@ -1,0 +1,90 @@
+//go:build integration
+
+package workflows_test
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/client"
+
+	"github.com/retry-scheduler/retry-scheduler/internal/activities"
+	"github.com/retry-scheduler/retry-scheduler/internal/devserver"
+	"github.com/retry-scheduler/retry-scheduler/internal/policy"
+	"github.com/retry-scheduler/retry-scheduler/internal/worker"
+	"github.com/retry-scheduler/retry-scheduler/internal/workflows"
+	"github.com/retry-scheduler/retry-scheduler/internal/workflows/historytest"
+	"github.com/retry-scheduler/retry-scheduler/message"
+)
+
+// listedHeld lists one held retry for every destination.
+type listedHeld struct{ id string }
+
+func (l listedHeld) ListHeld(context.Context, string, int) ([]string, error) {
+	return []string{l.id}, nil
+}
+
+// A breaker on a real server opens, releases its probe when the cooldown ends, and reopens
+// when the probe's run reports the probe failed; failures the processes count while it is
+// half-open do not reopen it. The probe's run is a workflow on a task queue nobody polls,
+// so that the release stays as sent. With RECORD_HISTORIES set, the breaker's history is
+// written there for the replay tests.
+func TestBreakerJudgesItsProbeOnADevServer(t *testing.T) {
+	srv := devserver.StartForTest(t)
+	c := srv.DialForTest(t)
+
+	taskQueue := "breaker-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	queue := taskQueue + ".orders"
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	probeID := message.WorkflowID(queue, "probe")
+	_, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: probeID, TaskQueue: taskQueue + "-unpolled"}, workflows.RetryWorkflowName, workflows.Input{})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.TerminateWorkflow(context.Background(), probeID, "", "test over") })
+
+	acts := &activities.Activities{Held: listedHeld{probeID}, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	w := worker.New(c, worker.Options{TaskQueue: taskQueue, StopTimeout: time.Second}, acts)
+	require.NoError(t, w.Start())
+	defer w.Stop()
+
+	settings := policy.Breaker{
+		Window: 30 * time.Second, MinRepublishes: 2, FailureRatio: 0.5,
+		Cooldown: time.Second, CooldownMax: time.Minute,
+		Probes: 1, ProbeWindow: time.Minute, ReleaseRate: 10,
+	}.WithDefaults()
+	id := message.BreakerWorkflowID(queue)
+	outcomes := func(republished, failed int) {
+		_, err := c.SignalWithStartWorkflow(ctx, id, workflows.SignalBreakerOutcomes,
+			workflows.BreakerOutcomes{Republished: republished, Failed: failed, Settings: settings},
+			client.StartWorkflowOptions{ID: id, TaskQueue: taskQueue}, workflows.BreakerWorkflowName,
+			workflows.BreakerInput{Queue: queue, Settings: settings})
+		require.NoError(t, err)
+	}
+	state := func() workflows.BreakerState {
+		v, err := c.QueryWorkflow(ctx, id, "", workflows.QueryBreakerState)
+		require.NoError(t, err)
+		var st workflows.BreakerState
+		require.NoError(t, v.Get(&st))
+		return st
+	}
+	t.Cleanup(func() { _ = c.TerminateWorkflow(context.Background(), id, "", "test over") })
+
+	outcomes(4, 4)
+	require.Eventually(t, func() bool { return state().Mode == workflows.BreakerHalfOpen }, time.Minute, 20*time.Millisecond,
+		"half-open once the cooldown ended")
+	outcomes(0, 3) // an older retry's failures, counted by a process
+	require.NoError(t, c.SignalWorkflow(ctx, id, "", workflows.SignalBreakerProbeFailed, workflows.ProbeFailure{WorkflowID: probeID, RetryKey: "probe:1"}))
+	var st workflows.BreakerState
+	require.Eventually(t, func() bool { st = state(); return st.Mode == workflows.BreakerOpen && st.Opens == 2 }, time.Minute, 20*time.Millisecond,
+		"reopened by the probe's failure")
+	require.Equal(t, "1 of 1 probes failed within the probe window", st.Events[len(st.Events)-1].Detail)
+	require.Equal(t, []string{probeID}, st.LastProbe.Failures)
+
+	_, err = historytest.Record(ctx, c, id, "breaker-probe-failed-reopened")
+	require.NoError(t, err)
+}
