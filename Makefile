@@ -235,9 +235,15 @@ AWAIT_ADDR = await() { \
 	echo "The $$4 did not answer within $$(( $$3 / 10 ))s" >&2; cat $$5 >&2; return 1; \
 }
 
-# One dev server (free port, no UI, temp DB) for the packages that have integration tests
-# (the others' tests ran in the unit tier), named by TEMPORAL_ADDRESS, stopped when the tier
-# ends whatever happens; then test-e2e-postgres. Both results are printed.
+# One dev server (free port, no UI, temp DB) for the packages that have integration tests,
+# named by TEMPORAL_ADDRESS, stopped when the tier ends whatever happens; then
+# test-e2e-postgres. Both results are printed. Only the tests of the integration files run
+# (-run INTEGRATION_TESTS): the unit tests of the same packages ran in the unit tier.
+# INTEGRATION_TESTS prints a -run pattern of every test function in a file built only with
+# the integration tag.
+INTEGRATION_TESTS = grep -rl --include='*_test.go' --exclude-dir=node_modules '^//go:build integration' . \
+	| xargs grep -ho '^func Test[A-Za-z0-9_]*' | sed 's/^func //' | sort -u | paste -sd'|' - | sed 's/.*/^(&)$$/'
+
 test-integration: tools temporal-server rabbitmq ## Integration tier (-tags integration) against one shared dev server, then test-e2e-postgres
 	@set -uo pipefail; tmp=$$(mktemp -d); pid=; \
 	cleanup() { if [ -n "$$pid" ]; then kill -TERM $$pid 2>/dev/null && wait $$pid; fi; rm -rf $$tmp; }; \
@@ -249,7 +255,7 @@ test-integration: tools temporal-server rabbitmq ## Integration tier (-tags inte
 	export TEMPORAL_ADDRESS=$$(cat $$tmp/addr); \
 	echo "== integration tests against the Temporal dev server at $$TEMPORAL_ADDRESS (pid $$pid)"; \
 	pkgs=$$(grep -rl --include='*.go' --exclude-dir=node_modules '^//go:build integration' . | xargs -r -n1 dirname | sort -u); \
-	$(GO) test -race -json -tags integration -timeout $(INTEGRATION_TIMEOUT) -p 1 $$pkgs 2>&1 | $(TESTREPORT); rc=$$?; \
+	$(GO) test -race -json -tags integration -timeout $(INTEGRATION_TIMEOUT) -p 1 -run "$$($(INTEGRATION_TESTS))" $$pkgs 2>&1 | $(TESTREPORT); rc=$$?; \
 	if [ $$rc != 0 ]; then echo "--- Temporal dev server log (last lines) ---"; tail -n 40 $$tmp/temporal.db.log; fi; \
 	kill -TERM $$pid 2>/dev/null && wait $$pid; pid=; unset TEMPORAL_ADDRESS; \
 	$(MAKE) --no-print-directory test-e2e-postgres; pgrc=$$?; \

@@ -84,6 +84,17 @@ func (p *fakePublisher) Publish(_ context.Context, exchange, key string, mandato
 	return nil
 }
 
+// onlyEnvelope is the one message published, decoded as an envelope.
+func (p *fakePublisher) onlyEnvelope(t *testing.T) message.Envelope {
+	t.Helper()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	require.Len(t, p.msgs, 1)
+	var env message.Envelope
+	require.NoError(t, json.Unmarshal(p.msgs[0].msg.Body, &env))
+	return env
+}
+
 // testSession is a session of a bridge whose channel is current, without a broker.
 func testSession(t *testing.T, reporter Reporter, pub DeadLetterPublisher) (*session, *Metrics) {
 	t.Helper()
@@ -171,9 +182,7 @@ func TestProcessRefusedWhileTemporalAnswersIsPoisonAfterTries(t *testing.T) {
 	assert.Equal(t, OutcomePoison, r.outcome)
 	assert.Equal(t, 3, e.strikes)
 	assert.Equal(t, 1, ack.acks)
-	require.Len(t, pub.msgs, 1)
-	var env message.Envelope
-	require.NoError(t, json.Unmarshal(pub.msgs[0].msg.Body, &env))
+	env := pub.onlyEnvelope(t)
 	assert.Equal(t, "report failed 3 times while Temporal answered other calls: context deadline exceeded", env.DeadDetail)
 	assert.Equal(t, "m-1", env.MessageID)
 	assert.Equal(t, 1.0, outcomes(m, OutcomePoison))
@@ -208,9 +217,7 @@ func TestProcessStarterPermanent(t *testing.T) {
 
 	assert.Equal(t, OutcomePoison, r.outcome)
 	assert.Equal(t, 1, ack.acks)
-	require.Len(t, pub.msgs, 1)
-	var env message.Envelope
-	require.NoError(t, json.Unmarshal(pub.msgs[0].msg.Body, &env))
+	env := pub.onlyEnvelope(t)
 	assert.Equal(t, "report rejected: invalid argument", env.DeadDetail)
 	assert.Equal(t, "orders", env.OriginalQueue)
 	assert.Equal(t, "m-1", env.MessageID)
@@ -288,9 +295,7 @@ func TestProcessOversize(t *testing.T) {
 
 	assert.Equal(t, OutcomeOversize, r.outcome)
 	assert.Equal(t, 1, ack.acks)
-	require.Len(t, pub.msgs, 1)
-	var env message.Envelope
-	require.NoError(t, json.Unmarshal(pub.msgs[0].msg.Body, &env))
+	env := pub.onlyEnvelope(t)
 	assert.Equal(t, "oversize", env.DeadReason)
 	assert.Equal(t, body, env.OriginalMessage.Payload)
 	assert.Equal(t, "orders", env.OriginalQueue)
@@ -310,9 +315,7 @@ func TestProcessOversizeIsParkedTruncated(t *testing.T) {
 
 	assert.Equal(t, OutcomeOversize, r.outcome)
 	assert.Equal(t, 1, ack.acks)
-	require.Len(t, pub.msgs, 1)
-	var env message.Envelope
-	require.NoError(t, json.Unmarshal(pub.msgs[0].msg.Body, &env))
+	env := pub.onlyEnvelope(t)
 	assert.Equal(t, body, env.OriginalMessage.Payload, "the envelope keeps every byte")
 	require.Len(t, st.reports, 1)
 	park := st.reports[0]

@@ -18,6 +18,16 @@ import (
 // The reporter's error detail (exception class, stack trace), its service metadata and the
 // message's event type, from each form.
 
+// errorDetail is what these tests read of a report: the failure's detail, who reported it
+// and the message's event type.
+type errorDetail struct {
+	ErrorType, StackTrace, Service, ServiceVersion, EventType string
+}
+
+func detailOf(rep message.FailureReport) errorDetail {
+	return errorDetail{rep.ErrorType, rep.StackTrace, rep.Service, rep.ServiceVersion, rep.Message.EventType}
+}
+
 func TestDecodeJSONErrorDetailAndEventType(t *testing.T) {
 	f := validRetryMessage()
 	f["error_type"] = "TimeoutError"
@@ -27,11 +37,8 @@ func TestDecodeJSONErrorDetailAndEventType(t *testing.T) {
 	f["event_type"] = "order.created"
 	rep, err := decodeJSONFields(t, f)
 	require.NoError(t, err)
-	assert.Equal(t, "TimeoutError", rep.ErrorType)
-	assert.Equal(t, "TimeoutError: upstream\n    at call (app.js:1:1)", rep.StackTrace)
-	assert.Equal(t, "outbound-transformer", rep.Service)
-	assert.Equal(t, "1.4.2", rep.ServiceVersion)
-	assert.Equal(t, "order.created", rep.Message.EventType)
+	assert.Equal(t, errorDetail{"TimeoutError", "TimeoutError: upstream\n    at call (app.js:1:1)", "outbound-transformer", "1.4.2", "order.created"},
+		detailOf(rep))
 
 	t.Run("event type from the original headers", func(t *testing.T) {
 		f := validRetryMessage()
@@ -79,11 +86,7 @@ func TestDecodeXDeathErrorDetailAndEventType(t *testing.T) {
 	h["trace-id"] = "tr-1"
 	rep, err := Decode(Delivery{Body: []byte("b"), Headers: h, MessageID: "p-1", Type: "ignored.when.header"}, testOptions())
 	require.NoError(t, err)
-	assert.Equal(t, "HttpError", rep.ErrorType)
-	assert.Equal(t, "HttpError: 503\n  at pay", rep.StackTrace)
-	assert.Equal(t, "payments", rep.Service)
-	assert.Equal(t, "2.0.0", rep.ServiceVersion)
-	assert.Equal(t, "payment.requested", rep.Message.EventType)
+	assert.Equal(t, errorDetail{"HttpError", "HttpError: 503\n  at pay", "payments", "2.0.0", "payment.requested"}, detailOf(rep))
 	assert.NotContains(t, rep.Message.Headers, "x-error-type", "failure detail is not republished")
 	assert.NotContains(t, rep.Message.Headers, "x-stack-trace", "failure detail is not republished")
 	assert.Equal(t, "payment.requested", rep.Message.Headers["x-event-type"])

@@ -177,7 +177,11 @@ func newFixtureOn(t *testing.T, cfg Config, urls string) *fixture {
 // dial is broker.Dial with a connection name only this test uses, remembering each
 // connection so that the test can have the broker close exactly those.
 func (f *fixture) dial() (*amqp.Connection, error) {
-	c, err := broker.Dial(broker.Config{URL: f.urls, ConnectionName: f.connName})
+	return f.keep(broker.Dial(broker.Config{URL: f.urls, ConnectionName: f.connName}))
+}
+
+// keep remembers a connection just dialled, so that the test can have the broker close it.
+func (f *fixture) keep(c *amqp.Connection, err error) (*amqp.Connection, error) {
 	if err != nil {
 		return nil, err
 	}
@@ -191,19 +195,12 @@ func (f *fixture) dial() (*amqp.Connection, error) {
 func (f *fixture) dialWithRecovery() (*amqp.Connection, error) {
 	props := amqp.NewConnectionProperties()
 	props.SetClientConnectionName(f.connName)
-	c, err := amqp.DialConfig(brokertest.URL(), amqp.Config{
+	return f.keep(amqp.DialConfig(brokertest.URL(), amqp.Config{
 		Properties: props,
 		Recovery: &amqp.Recovery{ReconnectionConfig: &amqp.ReconnectionConfig{
 			MaxRetryCount: 10, RetryInterval: time.Millisecond,
 		}},
-	})
-	if err != nil {
-		return nil, err
-	}
-	f.mu.Lock()
-	f.conns = append(f.conns, c)
-	f.mu.Unlock()
-	return c, nil
+	}))
 }
 
 func (f *fixture) start() {

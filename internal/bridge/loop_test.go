@@ -140,6 +140,21 @@ func awaitPaused(t *testing.T, r *loopRun) {
 	require.Eventually(t, func() bool { return !r.b.Ready() }, 5*time.Second, time.Millisecond)
 }
 
+// startHolding starts a loop with Temporal down and waits until it holds, after the failed
+// report of its one delivery m-1; it returns the loop, its reporter and m-1's settlement.
+// The hold probes after reconnectDelay: a delay longer than the test never probes.
+func startHolding(t *testing.T, reconnectDelay time.Duration) (*loopRun, *gateReporter, settleSignal) {
+	t.Helper()
+	rep := newGateReporter()
+	rep.failFirst(1000, temporalDown)
+	r := startLoop(t, Config{ReconnectDelay: reconnectDelay}, rep, newFakeChannel())
+	settled := make(settleSignal, 1)
+	r.ch.deliveries <- delivery(t, "m-1", settled)
+	next(t, rep.entered, "report")
+	awaitPaused(t, r)
+	return r, rep, settled
+}
+
 func (r *gateReporter) reports() []string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -268,14 +283,7 @@ func TestLoopEndsTheSessionWhenTheChannelOrConnectionCloses(t *testing.T) {
 }
 
 func TestLoopLostDropsHeldDeliveriesAsStale(t *testing.T) {
-	rep := newGateReporter()
-	rep.failFirst(1000, temporalDown)
-	// A ReconnectDelay longer than the test: the hold's probe never fires.
-	r := startLoop(t, Config{ReconnectDelay: time.Minute}, rep, newFakeChannel())
-	settled := make(settleSignal, 1)
-	r.ch.deliveries <- delivery(t, "m-1", settled)
-	next(t, rep.entered, "report")
-	awaitPaused(t, r)
+	r, _, settled := startHolding(t, time.Minute)
 
 	r.chClosed <- &amqp.Error{Code: 504, Reason: "CHANNEL_ERROR"}
 
@@ -327,13 +335,7 @@ func TestLoopShutdownLetsTheHandlerFinishAndRequeuesTheRest(t *testing.T) {
 }
 
 func TestLoopShutdownRequeuesHeldDeliveries(t *testing.T) {
-	rep := newGateReporter()
-	rep.failFirst(1000, temporalDown)
-	r := startLoop(t, Config{ReconnectDelay: time.Minute}, rep, newFakeChannel())
-	settled := make(settleSignal, 1)
-	r.ch.deliveries <- delivery(t, "m-1", settled)
-	next(t, rep.entered, "report")
-	awaitPaused(t, r)
+	r, _, settled := startHolding(t, time.Minute)
 
 	r.cancel()
 
@@ -375,13 +377,8 @@ func readProbeDelay(t *testing.T, r *loopRun) time.Duration {
 }
 
 func TestLoopHoldsWhileTemporalIsDown(t *testing.T) {
-	rep := newGateReporter()
-	rep.failFirst(1000, temporalDown)
-	r := startLoop(t, Config{ReconnectDelay: 4 * time.Second}, rep, newFakeChannel())
-	settled, later := make(settleSignal, 1), make(settleSignal, 1)
-	r.ch.deliveries <- delivery(t, "m-1", settled)
-	next(t, rep.entered, "report")
-	awaitPaused(t, r)
+	r, rep, settled := startHolding(t, 4*time.Second)
+	later := make(settleSignal, 1)
 	r.ch.deliveries <- delivery(t, "m-2", later)
 
 	// Holding: the probe is seconds away, and nothing more is taken or settled. Ending the

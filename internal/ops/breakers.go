@@ -12,11 +12,10 @@ import (
 	commonpb "go.temporal.io/api/common/v1"
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
+	workflowpb "go.temporal.io/api/workflow/v1"
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
-	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/temporal"
-	"golang.org/x/sync/errgroup"
 
 	"github.com/retry-scheduler/retry-scheduler/internal/policy"
 	"github.com/retry-scheduler/retry-scheduler/internal/visibility"
@@ -143,35 +142,17 @@ func (a *API) getBreaker(w http.ResponseWriter, r *http.Request) {
 
 // scanBreakers lists the running breakers of this deployment from visibility, by queue.
 func (a *API) scanBreakers(ctx context.Context) ([]BreakerView, bool, error) {
-	release, err := a.acquireScan()
+	query := visibility.BreakerWorkflows(visibility.Running, a.cfg.TaskQueue).String()
+	views, more, err := scanRows(ctx, a, query, "breakers", func(e *workflowpb.WorkflowExecutionInfo) BreakerView {
+		v := breakerOf(e.GetExecution().GetWorkflowId(), e.GetSearchAttributes())
+		v.WebUIURL = a.webUIURL(v.WorkflowID, "")
+		return v
+	})
 	if err != nil {
 		return nil, false, err
 	}
-	defer release()
-	query := visibility.BreakerWorkflows(visibility.Running, a.cfg.TaskQueue).String()
-	var views []BreakerView
-	var token []byte
-	for {
-		resp, err := a.cfg.Client.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{
-			Namespace: a.cfg.Namespace, PageSize: scanPageSize, NextPageToken: token, Query: query,
-		})
-		if err != nil {
-			return nil, false, fmt.Errorf("list breakers: %w", err)
-		}
-		for _, e := range resp.GetExecutions() {
-			if len(views) == a.cfg.MaxScan {
-				sortBreakers(views)
-				return views, true, nil
-			}
-			v := breakerOf(e.GetExecution().GetWorkflowId(), e.GetSearchAttributes())
-			v.WebUIURL = a.webUIURL(v.WorkflowID, "")
-			views = append(views, v)
-		}
-		if token = resp.GetNextPageToken(); len(token) == 0 {
-			sortBreakers(views)
-			return views, false, nil
-		}
-	}
+	sortBreakers(views)
+	return views, more, nil
 }
 
 func sortBreakers(views []BreakerView) {
@@ -207,15 +188,7 @@ func noBreaker(queue string) error {
 
 // breakerOf reads a breaker's row from its search attributes; its state query fills the rest.
 func breakerOf(id string, sa *commonpb.SearchAttributes) BreakerView {
-	fields := sa.GetIndexedFields()
-	dc := converter.GetDefaultDataConverter()
-	str := func(name string) string {
-		var s string
-		if p, ok := fields[name]; ok {
-			_ = dc.FromPayload(p, &s)
-		}
-		return s
-	}
+	str := func(name string) string { return payloadString(sa.GetIndexedFields(), name) }
 	v := BreakerView{WorkflowID: id, Queue: str(workflows.SAOriginalQueue.GetName()),
 		State: workflows.BreakerMode(str(workflows.SABreakerState.GetName()))}
 	if v.Queue == "" {
@@ -230,27 +203,19 @@ func breakerOf(id string, sa *commonpb.SearchAttributes) BreakerView {
 // enrichBreakers adds each breaker's state (the query) and held count (a visibility count),
 // enrichParallel at a time; a read that fails leaves visibility's fields and says why.
 func (a *API) enrichBreakers(ctx context.Context, views []BreakerView) {
-	var g errgroup.Group
-	g.SetLimit(enrichParallel)
-	for i := range views {
+	readEach(ctx, len(views), enrichTimeout, func(qctx context.Context, i int) {
 		v := &views[i]
-		g.Go(func() error {
-			qctx, cancel := context.WithTimeout(ctx, enrichTimeout)
-			defer cancel()
-			if st, err := a.breakerState(qctx, v.WorkflowID); err != nil {
-				v.StateError = err.Error()
-			} else {
-				v.fill(st)
-			}
-			n, err := a.heldCount(qctx, v.Queue)
-			if err != nil {
-				v.HeldError = err.Error()
-			}
-			v.Held = n
-			return nil
-		})
-	}
-	_ = g.Wait()
+		if st, err := a.breakerState(qctx, v.WorkflowID); err != nil {
+			v.StateError = err.Error()
+		} else {
+			v.fill(st)
+		}
+		n, err := a.heldCount(qctx, v.Queue)
+		if err != nil {
+			v.HeldError = err.Error()
+		}
+		v.Held = n
+	})
 }
 
 // breakerState queries a breaker's state.

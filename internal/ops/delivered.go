@@ -7,7 +7,6 @@ import (
 	"net/url"
 
 	enumspb "go.temporal.io/api/enums/v1"
-	"golang.org/x/sync/errgroup"
 
 	"github.com/retry-scheduler/retry-scheduler/internal/workflows"
 )
@@ -17,25 +16,17 @@ import (
 // cannot be read keeps its visibility fields and says why in DetailError. The close event is
 // one event: no query, so no worker has to replay a closed run.
 func (a *API) enrichDelivered(ctx context.Context, items []Item) {
-	var g errgroup.Group
-	g.SetLimit(enrichParallel)
-	for i := range items {
+	readEach(ctx, len(items), enrichTimeout, func(hctx context.Context, i int) {
 		it := &items[i]
-		g.Go(func() error {
-			hctx, cancel := context.WithTimeout(ctx, enrichTimeout)
-			defer cancel()
-			res, err := a.result(hctx, it.ID, it.RunID)
-			if err != nil {
-				it.DetailError = err.Error()
-				it.SucceededOnRetry = int(it.RetryCount)
-				return nil
-			}
-			it.SucceededOnRetry = res.RetryCount
-			it.Deliveries = res.Sequence + 1
-			return nil
-		})
-	}
-	_ = g.Wait()
+		res, err := a.result(hctx, it.ID, it.RunID)
+		if err != nil {
+			it.DetailError = err.Error()
+			it.SucceededOnRetry = int(it.RetryCount)
+			return
+		}
+		it.SucceededOnRetry = res.RetryCount
+		it.Deliveries = res.Sequence + 1
+	})
 }
 
 // result reads a completed run's Result from its close event.

@@ -4,8 +4,6 @@ import (
 	"context"
 	"strings"
 
-	"golang.org/x/sync/errgroup"
-
 	"github.com/retry-scheduler/retry-scheduler/internal/workflows"
 	"github.com/retry-scheduler/retry-scheduler/message"
 )
@@ -46,26 +44,18 @@ func (a *API) matchErrorText(ctx context.Context, items []Item, text string) (ma
 	want := strings.ToLower(text)
 	keep := make([]bool, len(items))
 	failed := make([]bool, len(items))
-	var g errgroup.Group
-	g.SetLimit(enrichParallel)
-	for i := range items {
-		g.Go(func() error {
-			if ctx.Err() != nil {
-				failed[i] = true
-				return nil
-			}
-			qctx, cancel := context.WithTimeout(ctx, enrichTimeout)
-			defer cancel()
-			st, err := a.state(qctx, items[i].ID, items[i].StartDelayUntil)
-			if err != nil {
-				failed[i] = true
-				return nil
-			}
-			keep[i] = strings.Contains(strings.ToLower(lastError(st)), want)
-			return nil
-		})
-	}
-	_ = g.Wait()
+	readEach(ctx, len(items), enrichTimeout, func(qctx context.Context, i int) {
+		if ctx.Err() != nil {
+			failed[i] = true
+			return
+		}
+		st, err := a.state(qctx, items[i].ID, items[i].StartDelayUntil)
+		if err != nil {
+			failed[i] = true
+			return
+		}
+		keep[i] = strings.Contains(strings.ToLower(lastError(st)), want)
+	})
 	if err := ctx.Err(); err != nil {
 		return nil, 0, err
 	}

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	enumspb "go.temporal.io/api/enums/v1"
-	"golang.org/x/sync/errgroup"
 
 	"github.com/retry-scheduler/retry-scheduler/internal/jobs"
 	"github.com/retry-scheduler/retry-scheduler/internal/workflows"
@@ -100,26 +99,19 @@ func (a *API) jobOutcomes(ctx context.Context, job jobs.Progress) (jobs.OutcomeC
 		}
 	}
 	var mu sync.Mutex
-	var g errgroup.Group
-	g.SetLimit(enrichParallel)
-	for _, id := range open {
-		g.Go(func() error {
-			ictx, icancel := context.WithTimeout(ctx, enrichTimeout)
-			defer icancel()
-			out, sent := a.judgeJobItem(ictx, id, job.Actor, job.StartedAt)
-			mu.Lock()
-			defer mu.Unlock()
-			switch {
-			case !sent:
-			case tally(&c, out):
-				e.settled[id] = out
-			default:
-				c.Pending++
-			}
-			return nil
-		})
-	}
-	_ = g.Wait()
+	readEach(ctx, len(open), enrichTimeout, func(ictx context.Context, i int) {
+		id := open[i]
+		out, sent := a.judgeJobItem(ictx, id, job.Actor, job.StartedAt)
+		mu.Lock()
+		defer mu.Unlock()
+		switch {
+		case !sent:
+		case tally(&c, out):
+			e.settled[id] = out
+		default:
+			c.Pending++
+		}
+	})
 	e.counts, e.at = c, now
 	return c, nil
 }

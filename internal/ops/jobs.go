@@ -17,7 +17,6 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/temporal"
-	"golang.org/x/sync/errgroup"
 
 	"github.com/retry-scheduler/retry-scheduler/internal/jobs"
 	"github.com/retry-scheduler/retry-scheduler/internal/visibility"
@@ -210,13 +209,7 @@ func (a *API) jobsQuery() string {
 // memoOf reads a job's memo into a Progress: what is known without the workflow.
 func memoOf(id string, m *commonpb.Memo) jobs.Progress {
 	dc := converter.GetDefaultDataConverter()
-	str := func(k string) string {
-		var s string
-		if pl, ok := m.GetFields()[k]; ok {
-			_ = dc.FromPayload(pl, &s)
-		}
-		return s
-	}
+	str := func(k string) string { return payloadString(m.GetFields(), k) }
 	p := jobs.Progress{ID: id, Kind: str(memoKind), Actor: str(memoActor), Tenant: str(memoTenant), Reason: str(memoReason),
 		Action: str(memoAction), Total: -1, Remaining: -1}
 	if pl, ok := m.GetFields()[memoStartedAt]; ok {
@@ -350,17 +343,9 @@ func (a *API) listJobs(w http.ResponseWriter, r *http.Request) {
 	})
 	rows = rows[:min(len(rows), maxListedJobs)]
 	out := JobListResponse{Jobs: make([]jobs.Progress, len(rows))}
-	var g errgroup.Group
-	g.SetLimit(enrichParallel)
-	for i, rw := range rows {
-		g.Go(func() error {
-			qctx, cancel := context.WithTimeout(ctx, jobQueryTimeout)
-			defer cancel()
-			out.Jobs[i] = a.jobProgress(qctx, rw.base, rw.status)
-			return nil
-		})
-	}
-	_ = g.Wait()
+	readEach(ctx, len(rows), jobQueryTimeout, func(qctx context.Context, i int) {
+		out.Jobs[i] = a.jobProgress(qctx, rows[i].base, rows[i].status)
+	})
 	writeJSON(w, http.StatusOK, out)
 }
 

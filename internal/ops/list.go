@@ -9,7 +9,6 @@ import (
 	workflowpb "go.temporal.io/api/workflow/v1"
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/converter"
-	"golang.org/x/sync/errgroup"
 
 	"github.com/retry-scheduler/retry-scheduler/internal/policy"
 	"github.com/retry-scheduler/retry-scheduler/internal/workflows"
@@ -172,28 +171,35 @@ func (a *API) find(ctx context.Context, f Filter) (items []Item, truncated bool,
 // scan reads every execution matching query, up to MaxScan; it reports whether there were
 // more. It is one of MaxScans at a time (errBusy beyond them).
 func (a *API) scan(ctx context.Context, query string) ([]Item, bool, error) {
+	return scanRows(ctx, a, query, "workflows", itemOf)
+}
+
+// scanRows reads every execution matching query as a row (rowOf), up to MaxScan; it reports
+// whether there were more. It is one of MaxScans at a time (errBusy beyond them). what names
+// the executions in its error.
+func scanRows[T any](ctx context.Context, a *API, query, what string, rowOf func(*workflowpb.WorkflowExecutionInfo) T) ([]T, bool, error) {
 	release, err := a.acquireScan()
 	if err != nil {
 		return nil, false, err
 	}
 	defer release()
-	var items []Item
+	var rows []T
 	var token []byte
 	for {
 		resp, err := a.cfg.Client.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{
 			Namespace: a.cfg.Namespace, PageSize: scanPageSize, NextPageToken: token, Query: query,
 		})
 		if err != nil {
-			return nil, false, fmt.Errorf("list workflows: %w", err)
+			return nil, false, fmt.Errorf("list %s: %w", what, err)
 		}
 		for _, e := range resp.GetExecutions() {
-			if len(items) == a.cfg.MaxScan {
-				return items, true, nil
+			if len(rows) == a.cfg.MaxScan {
+				return rows, true, nil
 			}
-			items = append(items, itemOf(e))
+			rows = append(rows, rowOf(e))
 		}
 		if token = resp.GetNextPageToken(); len(token) == 0 {
-			return items, false, nil
+			return rows, false, nil
 		}
 	}
 }
@@ -208,13 +214,7 @@ func itemOf(e *workflowpb.WorkflowExecutionInfo) Item {
 	}
 	fields := e.GetSearchAttributes().GetIndexedFields()
 	dc := converter.GetDefaultDataConverter()
-	str := func(name string) string {
-		var s string
-		if p, ok := fields[name]; ok {
-			_ = dc.FromPayload(p, &s)
-		}
-		return s
-	}
+	str := func(name string) string { return payloadString(fields, name) }
 	tm := func(name string) *time.Time {
 		p, ok := fields[name]
 		if !ok {
@@ -258,45 +258,37 @@ func itemOf(e *workflowpb.WorkflowExecutionInfo) Item {
 // enrich adds what only the state query knows (last error, max retries) to a page,
 // enrichParallel rows at a time; a row whose query fails keeps its visibility fields.
 func (a *API) enrich(ctx context.Context, items []Item) {
-	var g errgroup.Group
-	g.SetLimit(enrichParallel)
-	for i := range items {
+	readEach(ctx, len(items), enrichTimeout, func(qctx context.Context, i int) {
 		it := &items[i]
-		g.Go(func() error {
-			qctx, cancel := context.WithTimeout(ctx, enrichTimeout)
-			defer cancel()
-			st, err := a.state(qctx, it.ID, it.StartDelayUntil)
-			if err != nil {
-				it.DetailError = err.Error()
-				return nil
-			}
-			it.MessageID = st.Message.MessageID
-			if it.EventType == "" {
-				it.EventType = st.Message.EventType
-			}
-			if it.Service == "" {
-				it.Service = st.Service
-			}
-			if it.ErrorType == "" {
-				it.ErrorType = lastErrorType(st)
-			}
-			it.ExternalSystem = externalSystem(st.Message)
-			if it.DeadLetterID == "" && st.Status == workflows.StatusDead {
-				it.DeadLetterID = st.DeadLetterID()
-				it.DeadLetterUUID = message.DLQUUID(it.DeadLetterID)
-			}
-			it.MaxRetries = maxRetries(st)
-			it.Attempts = len(st.Attempts)
-			it.LastError = lastError(st)
-			it.DeadReason = st.DeadReason
-			if !st.FirstFailureAt.IsZero() {
-				t := st.FirstFailureAt.UTC()
-				it.FirstFailureAt = &t
-			}
-			return nil
-		})
-	}
-	_ = g.Wait()
+		st, err := a.state(qctx, it.ID, it.StartDelayUntil)
+		if err != nil {
+			it.DetailError = err.Error()
+			return
+		}
+		it.MessageID = st.Message.MessageID
+		if it.EventType == "" {
+			it.EventType = st.Message.EventType
+		}
+		if it.Service == "" {
+			it.Service = st.Service
+		}
+		if it.ErrorType == "" {
+			it.ErrorType = lastErrorType(st)
+		}
+		it.ExternalSystem = externalSystem(st.Message)
+		if it.DeadLetterID == "" && st.Status == workflows.StatusDead {
+			it.DeadLetterID = st.DeadLetterID()
+			it.DeadLetterUUID = message.DLQUUID(it.DeadLetterID)
+		}
+		it.MaxRetries = maxRetries(st)
+		it.Attempts = len(st.Attempts)
+		it.LastError = lastError(st)
+		it.DeadReason = st.DeadReason
+		if !st.FirstFailureAt.IsZero() {
+			t := st.FirstFailureAt.UTC()
+			it.FirstFailureAt = &t
+		}
+	})
 }
 
 // maxRetries is how many retries the message of state st gets, as the workflow decides it

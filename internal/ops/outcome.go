@@ -8,7 +8,6 @@ import (
 
 	enumspb "go.temporal.io/api/enums/v1"
 	workflowpb "go.temporal.io/api/workflow/v1"
-	"go.temporal.io/sdk/converter"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/retry-scheduler/retry-scheduler/internal/config"
@@ -127,11 +126,7 @@ func closedOutcome(info *workflowpb.WorkflowExecutionInfo) RetryOutcome {
 
 // closedStatus is a closed run's last status, from its search attribute.
 func closedStatus(info *workflowpb.WorkflowExecutionInfo) workflows.Status {
-	var s string
-	if p, ok := info.GetSearchAttributes().GetIndexedFields()[workflows.SAStatus.GetName()]; ok {
-		_ = converter.GetDefaultDataConverter().FromPayload(p, &s)
-	}
-	return workflows.Status(s)
+	return workflows.Status(payloadString(info.GetSearchAttributes().GetIndexedFields(), workflows.SAStatus.GetName()))
 }
 
 // awaitRetry reads m's item every settleEvery until it settles or wait runs out; the outcome

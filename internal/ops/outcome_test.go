@@ -1,6 +1,7 @@
 package ops
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -42,13 +43,27 @@ func settleAs(h *harness) {
 	}
 }
 
+// scheduledOrders is a scheduled message on the orders queue for each id, then the states
+// rest: the messages settleAs settles by their ids.
+func scheduledOrders(ids []string, rest ...workflows.State) []workflows.State {
+	var out []workflows.State
+	for _, id := range ids {
+		out = append(out, item("orders", id, workflows.StatusScheduled, t0, ""))
+	}
+	return append(out, rest...)
+}
+
+// idsBody is the body of a bulk call on the orders queue's messages ids.
+func idsBody(ids ...string) string {
+	quoted := make([]string, len(ids))
+	for i, id := range ids {
+		quoted[i] = `"retry/orders/` + id + `"`
+	}
+	return `{"ids":[` + strings.Join(quoted, ",") + `]}`
+}
+
 func TestRetryWaitsForItsOutcome(t *testing.T) {
-	h := newHarness(t,
-		item("orders", "ok1", workflows.StatusScheduled, t0, ""),
-		item("orders", "bad1", workflows.StatusScheduled, t0, ""),
-		item("orders", "dead1", workflows.StatusScheduled, t0, ""),
-		item("orders", "slow1", workflows.StatusScheduled, t0, ""),
-	)
+	h := newHarness(t, scheduledOrders([]string{"ok1", "bad1", "dead1", "slow1"})...)
 	settleAs(h)
 	cases := []struct {
 		id, result, status, err string
@@ -106,17 +121,10 @@ func TestOutcomeWaitRefusals(t *testing.T) {
 }
 
 func TestBulkRetryCountsOutcomes(t *testing.T) {
-	h := newHarness(t,
-		item("orders", "ok1", workflows.StatusScheduled, t0, ""),
-		item("orders", "ok2", workflows.StatusScheduled, t0, ""),
-		item("orders", "bad1", workflows.StatusScheduled, t0, ""),
-		item("orders", "dead1", workflows.StatusScheduled, t0, ""),
-		item("orders", "slow1", workflows.StatusScheduled, t0, ""),
-		item("orders", "gone", workflows.StatusDead, t0, ""),
-	)
+	retried := []string{"ok1", "ok2", "bad1", "dead1", "slow1"}
+	h := newHarness(t, scheduledOrders(retried, item("orders", "gone", workflows.StatusDead, t0, ""))...)
 	settleAs(h)
-	code, out := h.do("o", "POST", "/api/retry-queue/bulk-retry?wait=300ms",
-		`{"ids":["retry/orders/ok1","retry/orders/ok2","retry/orders/bad1","retry/orders/dead1","retry/orders/slow1","retry/orders/gone"]}`)
+	code, out := h.do("o", "POST", "/api/retry-queue/bulk-retry?wait=300ms", idsBody(append(retried, "gone")...))
 	require.Equal(t, 200, code, out)
 	assert.EqualValues(t, 5, out["succeeded"], "signals sent")
 	assert.EqualValues(t, 1, out["failed"], "a dead letter is not on the retry queue")
@@ -143,16 +151,10 @@ func TestBulkRetryFromDeadJudgedAfterTheReset(t *testing.T) {
 // A bulk retry job's progress, as GET /api/jobs/{id} shows it, counts how the messages it
 // retried fared; an id the job could not retry is in no count.
 func TestBulkRetryJobShowsOutcomes(t *testing.T) {
-	h := newHarness(t,
-		item("orders", "ok1", workflows.StatusScheduled, t0, ""),
-		item("orders", "bad1", workflows.StatusScheduled, t0, ""),
-		item("orders", "dead1", workflows.StatusScheduled, t0, ""),
-		item("orders", "slow1", workflows.StatusScheduled, t0, ""),
-		item("orders", "gone", workflows.StatusDead, t0, ""),
-	)
+	retried := []string{"ok1", "bad1", "dead1", "slow1"}
+	h := newHarness(t, scheduledOrders(retried, item("orders", "gone", workflows.StatusDead, t0, ""))...)
 	settleAs(h)
-	code, out := h.do("o", "POST", "/api/retry-queue/bulk-retry",
-		`{"ids":["retry/orders/ok1","retry/orders/bad1","retry/orders/dead1","retry/orders/slow1","retry/orders/gone"]}`)
+	code, out := h.do("o", "POST", "/api/retry-queue/bulk-retry", idsBody(append(retried, "gone")...))
 	require.Equal(t, 202, code, out)
 	id := out["job"].(map[string]any)["id"].(string)
 	assert.NotContains(t, out["job"], "outcomes", "nothing is known when the job starts")

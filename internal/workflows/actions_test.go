@@ -71,19 +71,24 @@ type updateOutcome struct {
 	err      error
 }
 
+// callback records the update's outcome in out.
+func (out *updateOutcome) callback() *testsuite.TestUpdateCallback {
+	return &testsuite.TestUpdateCallback{
+		OnAccept: func() { out.accepted = true },
+		OnReject: func(err error) { out.rejected = err },
+		OnComplete: func(v any, err error) {
+			out.err = err
+			if st, ok := v.(State); ok {
+				out.state = st
+			}
+		},
+	}
+}
+
 func (s *retrySuite) updateAt(d time.Duration, name string, a OperatorAction) *updateOutcome {
 	out := &updateOutcome{}
 	s.env.RegisterDelayedCallback(func() {
-		s.env.UpdateWorkflow(name, name+"@"+d.String(), &testsuite.TestUpdateCallback{
-			OnAccept: func() { out.accepted = true },
-			OnReject: func(err error) { out.rejected = err },
-			OnComplete: func(v any, err error) {
-				out.err = err
-				if st, ok := v.(State); ok {
-					out.state = st
-				}
-			},
-		}, a)
+		s.env.UpdateWorkflow(name, name+"@"+d.String(), out.callback(), a)
 	}, d)
 	return out
 }
@@ -116,9 +121,7 @@ func (s *retrySuite) TestUpdateRetryNowFromDeadResetsCount() {
 
 func (s *retrySuite) TestUpdateValidatorRefusesIllegalActionWithItsReason() {
 	u := s.updateAt(time.Second, UpdateResolve, OperatorAction{Actor: "frank"})
-	var st State
-	s.queryAt(2*time.Second, &st)
-	s.start(report(fixedPolicy(3), 0, transient))
+	st := s.startQueryingAt(2*time.Second, report(fixedPolicy(3), 0, transient))
 
 	s.Equal(StatusDelivered, s.result().Status)
 	s.False(u.accepted)

@@ -4,9 +4,6 @@ package workflows_test
 
 import (
 	"context"
-	"io"
-	"log/slog"
-	"strconv"
 	"testing"
 	"time"
 
@@ -16,7 +13,6 @@ import (
 	"github.com/retry-scheduler/retry-scheduler/internal/activities"
 	"github.com/retry-scheduler/retry-scheduler/internal/devserver"
 	"github.com/retry-scheduler/retry-scheduler/internal/policy"
-	"github.com/retry-scheduler/retry-scheduler/internal/worker"
 	"github.com/retry-scheduler/retry-scheduler/internal/workflows"
 	"github.com/retry-scheduler/retry-scheduler/internal/workflows/historytest"
 	"github.com/retry-scheduler/retry-scheduler/message"
@@ -38,7 +34,7 @@ func TestBreakerJudgesItsProbeOnADevServer(t *testing.T) {
 	srv := devserver.StartForTest(t)
 	c := srv.DialForTest(t)
 
-	taskQueue := "breaker-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	taskQueue := devserver.UniqueName("breaker")
 	queue := taskQueue + ".orders"
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -47,10 +43,8 @@ func TestBreakerJudgesItsProbeOnADevServer(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = c.TerminateWorkflow(context.Background(), probeID, "", "test over") })
 
-	acts := &activities.Activities{Held: listedHeld{probeID}, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
-	w := worker.New(c, worker.Options{TaskQueue: taskQueue, StopTimeout: time.Second}, acts)
-	require.NoError(t, w.Start())
-	defer w.Stop()
+	acts := &activities.Activities{Held: listedHeld{probeID}, Logger: discardLogger()}
+	defer startWorker(t, c, taskQueue, acts)()
 
 	settings := policy.Breaker{
 		Window: 30 * time.Second, MinRepublishes: 2, FailureRatio: 0.5,

@@ -33,29 +33,21 @@ func (s *retrySuite) failEach(n int, p policy.Policy, f policy.Failure) {
 func (s *retrySuite) TestSocketCodeInReasonIsTransient() {
 	p := fixedPolicy(3)
 	s.failEach(3, p, socketHangUp)
-	var dead State
-	s.queryAt(50*time.Second, &dead)
-	s.start(report(p, 0, socketHangUp))
+	dead := s.startQueryingAt(50*time.Second, report(p, 0, socketHangUp))
 
 	s.Equal(StatusExpired, s.result().Status)
 	s.Len(s.pub.to(testQueue), 3, "max_retries republishes, not the unknown cap")
-	s.Equal(StatusDead, dead.Status)
-	s.Equal(policy.CauseExhausted, dead.DeadReason)
-	s.Equal(string(policy.Transient), dead.Category)
+	s.assertExhausted(dead, policy.Transient)
 }
 
 func (s *retrySuite) TestUnknownErrorUncappedWithoutAPolicyCap() {
 	p := fixedPolicy(3) // like the default policy: no unknown_max_retries
 	s.failEach(3, p, unknown500)
-	var dead State
-	s.queryAt(50*time.Second, &dead)
-	s.start(report(p, 0, unknown500))
+	dead := s.startQueryingAt(50*time.Second, report(p, 0, unknown500))
 
 	s.result()
 	s.Len(s.pub.to(testQueue), 3)
-	s.Equal(StatusDead, dead.Status)
-	s.Equal(policy.CauseExhausted, dead.DeadReason)
-	s.Equal(string(policy.Unknown), dead.Category)
+	s.assertExhausted(dead, policy.Unknown)
 }
 
 // A run whose history decided under the older rules (replay finds no version
@@ -64,15 +56,11 @@ func (s *retrySuite) TestOldRulesKeptByRunsThatStartedUnderThem() {
 	s.env.OnGetVersion(changeUnknownCapPerPolicy, workflow.DefaultVersion, 1).Return(workflow.DefaultVersion)
 	p := fixedPolicy(3)
 	s.failEach(2, p, socketHangUp)
-	var dead State
-	s.queryAt(35*time.Second, &dead)
-	s.start(report(p, 0, socketHangUp))
+	dead := s.startQueryingAt(35*time.Second, report(p, 0, socketHangUp))
 
 	s.result()
 	s.Len(s.pub.to(testQueue), 2)
-	s.Equal(StatusDead, dead.Status)
-	s.Equal(policy.CauseExhausted, dead.DeadReason)
-	s.Equal(string(policy.Unknown), dead.Category)
+	s.assertExhausted(dead, policy.Unknown)
 	s.Contains(dead.DeadDetail, "unknown errors get at most 2")
 }
 
@@ -126,8 +114,7 @@ func (s *retrySuite) TestRetryFromDeadOpensANewWindow() {
 	s.start(report(p, 0, transient))
 
 	r := s.result()
-	s.Equal(StatusDead, dead.Status)
-	s.Equal(policy.CauseExhausted, dead.DeadReason)
+	s.assertDead(&dead, policy.CauseExhausted)
 	s.Equal(StatusScheduled, again.Status, "the failure after an operator's retry is retried, not dead")
 	s.Equal(again.FirstFailureAt.Add(100*time.Second), again.WindowStart)
 	s.Equal(again.FirstFailureAt.Add(115*time.Second), again.NextRetryAt)
@@ -147,13 +134,10 @@ func (s *retrySuite) TestNewWindowStillCloses() {
 	s.at(100*time.Second, SignalRetryNow, OperatorAction{Actor: "carol"})
 	s.failAt(105*time.Second, p, 1, transient) // retry 2 at 115 s: inside
 	s.failAt(120*time.Second, p, 2, transient) // retry 3 at 130 s: past 100 s + 25 s
-	var st State
-	s.queryAt(121*time.Second, &st)
-	s.start(report(p, 0, transient))
+	st := s.startQueryingAt(121*time.Second, report(p, 0, transient))
 
 	s.result()
-	s.Equal(StatusDead, st.Status)
-	s.Equal(policy.CauseMaxWindow, st.DeadReason)
+	s.assertDead(st, policy.CauseMaxWindow)
 	s.Contains(st.DeadDetail, "after the operator's retry")
 }
 
@@ -163,13 +147,10 @@ func (s *retrySuite) TestRetryFromDeadBeforeTheChangeKeepsTheFirstWindow() {
 	s.env.OnGetVersion(changeRetryOpensWindow, workflow.DefaultVersion, 1).Return(workflow.DefaultVersion)
 	p := windowPolicy()
 	s.deadThenRetried(p)
-	var again State
-	s.queryAt(106*time.Second, &again)
-	s.start(report(p, 0, transient))
+	again := s.startQueryingAt(106*time.Second, report(p, 0, transient))
 
 	s.Equal(StatusExpired, s.result().Status)
-	s.Equal(StatusDead, again.Status)
-	s.Equal(policy.CauseMaxWindow, again.DeadReason)
+	s.assertDead(again, policy.CauseMaxWindow)
 	s.True(again.WindowStart.IsZero())
 	s.Len(s.pub.to(testQueue), 3)
 }

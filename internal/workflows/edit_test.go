@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"go.temporal.io/sdk/temporal"
-	"go.temporal.io/sdk/testsuite"
 
 	"github.com/retry-scheduler/retry-scheduler/message"
 )
@@ -18,16 +17,7 @@ func (s *retrySuite) updateWith(d time.Duration, name string, arg func(now time.
 	s.updates++ // one update id each: the test environment answers a repeated id once
 	id := fmt.Sprintf("%s@%s#%d", name, d, s.updates)
 	s.env.RegisterDelayedCallback(func() {
-		s.env.UpdateWorkflow(name, id, &testsuite.TestUpdateCallback{
-			OnAccept: func() { out.accepted = true },
-			OnReject: func(err error) { out.rejected = err },
-			OnComplete: func(v any, err error) {
-				out.err = err
-				if st, ok := v.(State); ok {
-					out.state = st
-				}
-			},
-		}, arg(s.env.Now()))
+		s.env.UpdateWorkflow(name, id, out.callback(), arg(s.env.Now()))
 	}, d)
 	return out
 }
@@ -90,9 +80,7 @@ func (s *retrySuite) TestEditRetryFromDeadRepublishesTheEditedMessage() {
 
 func (s *retrySuite) TestEditRetryWhileScheduledRemovesHeadersAndRetriesAtOnce() {
 	u := s.editAt(2*time.Second, EditRetry{OperatorAction: OperatorAction{Actor: "ops"}, ReplaceHeaders: true})
-	var st State
-	s.queryAt(3*time.Second, &st)
-	s.start(report(fixedPolicy(3), 0, transient))
+	st := s.startQueryingAt(3*time.Second, report(fixedPolicy(3), 0, transient))
 
 	s.Equal(StatusDelivered, s.result().Status)
 	s.NoError(u.err)
@@ -154,9 +142,7 @@ func (s *retrySuite) TestEditRetryRefusals() {
 	}
 	// After the retry at 10 s the message awaits its outcome: no retry, so no edit.
 	late := s.editAt(15*time.Second, EditRetry{ReplacePayload: true, Payload: []byte("x")})
-	var st State
-	s.queryAt(9*time.Second, &st)
-	s.start(report(fixedPolicy(3), 0, transient))
+	st := s.startQueryingAt(9*time.Second, report(fixedPolicy(3), 0, transient))
 
 	s.Equal(StatusDelivered, s.result().Status)
 	for i, c := range edits {
@@ -206,9 +192,7 @@ func (s *retrySuite) TestSnoozeMovesTheScheduledRetry() {
 
 func (s *retrySuite) TestSnoozeOfADeadMessageSchedulesItsRetry() {
 	u := s.snoozeAt(time.Second, 30*time.Minute)
-	var before State
-	s.queryAt(30*time.Minute, &before)
-	s.start(report(fixedPolicy(0), 0, transient))
+	before := s.startQueryingAt(30*time.Minute, report(fixedPolicy(0), 0, transient))
 
 	s.Equal(StatusDelivered, s.result().Status)
 	s.NoError(u.err)
@@ -222,9 +206,7 @@ func (s *retrySuite) TestSnoozeRefusals() {
 	past := s.snoozeAt(time.Second, -time.Second)
 	far := s.snoozeAt(time.Second, time.Hour+time.Second) // the retention is an hour
 	late := s.snoozeAt(15*time.Second, time.Minute)       // awaiting the outcome of the 10 s retry
-	var st State
-	s.queryAt(9*time.Second, &st)
-	s.start(report(fixedPolicy(3), 0, transient))
+	st := s.startQueryingAt(9*time.Second, report(fixedPolicy(3), 0, transient))
 
 	s.Equal(StatusDelivered, s.result().Status)
 	s.requireRejected(past, ErrTypeInvalidInput, "is not in the future")

@@ -5,9 +5,6 @@ package workflows_test
 import (
 	"context"
 	"encoding/json"
-	"io"
-	"log/slog"
-	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -19,7 +16,6 @@ import (
 	"github.com/retry-scheduler/retry-scheduler/internal/devserver"
 	"github.com/retry-scheduler/retry-scheduler/internal/policy"
 	"github.com/retry-scheduler/retry-scheduler/internal/reporter"
-	"github.com/retry-scheduler/retry-scheduler/internal/worker"
 	"github.com/retry-scheduler/retry-scheduler/internal/workflows"
 	"github.com/retry-scheduler/retry-scheduler/internal/workflows/historytest"
 	"github.com/retry-scheduler/retry-scheduler/message"
@@ -54,13 +50,11 @@ func TestExpiredDeadLetterIsArchivedOnADevServer(t *testing.T) {
 	srv := devserver.StartForTest(t)
 	c := srv.DialForTest(t)
 
-	taskQueue := "expired-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	taskQueue := devserver.UniqueName("expired")
 	pub := &queuePublisher{}
 	acts := &activities.Activities{Publisher: pub, ExpiredArchiveQueue: "archive",
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
-	w := worker.New(c, worker.Options{TaskQueue: taskQueue, StopTimeout: time.Second}, acts)
-	require.NoError(t, w.Start())
-	defer w.Stop()
+		Logger: discardLogger()}
+	defer startWorker(t, c, taskQueue, acts)()
 
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()

@@ -2,34 +2,20 @@ package workflows
 
 import (
 	"encoding/json"
-	"io"
-	"log/slog"
 	"time"
 
-	"go.temporal.io/sdk/workflow"
-
-	"github.com/retry-scheduler/retry-scheduler/internal/activities"
 	"github.com/retry-scheduler/retry-scheduler/message"
 )
 
 const testArchive = "dead.archive"
 
 // archiveTo gives this test an environment whose worker archives expired envelopes to queue.
-func (s *retrySuite) archiveTo(queue string) {
-	s.env = s.NewTestWorkflowEnvironment()
-	s.env.RegisterWorkflowWithOptions(RetryWorkflow, workflow.RegisterOptions{Name: RetryWorkflowName})
-	s.env.RegisterActivity(&activities.Activities{Publisher: s.pub, History: s.hist, Gate: s.gate, Counter: s.counter,
-		ExpiredArchiveQueue: queue, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-}
+func (s *retrySuite) archiveTo(queue string) { s.newEnv(queue) }
 
 // eventKinds are the kinds of the finished run's events, in order.
 func (s *retrySuite) eventKinds() []string {
-	v, err := s.env.QueryWorkflow(QueryState)
-	s.Require().NoError(err)
-	var st State
-	s.Require().NoError(v.Get(&st))
 	var out []string
-	for _, e := range st.Events {
+	for _, e := range s.stateNow().Events {
 		out = append(out, e.Kind)
 	}
 	return out

@@ -4,9 +4,6 @@ package workflows_test
 
 import (
 	"context"
-	"io"
-	"log/slog"
-	"strconv"
 	"testing"
 	"time"
 
@@ -19,7 +16,6 @@ import (
 	"github.com/retry-scheduler/retry-scheduler/internal/policy"
 	"github.com/retry-scheduler/retry-scheduler/internal/reporter"
 	"github.com/retry-scheduler/retry-scheduler/internal/visibility"
-	"github.com/retry-scheduler/retry-scheduler/internal/worker"
 	"github.com/retry-scheduler/retry-scheduler/internal/workflows"
 	"github.com/retry-scheduler/retry-scheduler/internal/workflows/historytest"
 	"github.com/retry-scheduler/retry-scheduler/message"
@@ -32,12 +28,10 @@ func TestDeadLetterIsFoundByItsFindingAttributesOnADevServer(t *testing.T) {
 	srv := devserver.StartForTest(t)
 	c := srv.DialForTest(t)
 
-	taskQueue := "finding-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	taskQueue := devserver.UniqueName("finding")
 	pub := &queuePublisher{}
-	acts := &activities.Activities{Publisher: pub, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
-	w := worker.New(c, worker.Options{TaskQueue: taskQueue, StopTimeout: time.Second}, acts)
-	require.NoError(t, w.Start())
-	defer w.Stop()
+	acts := &activities.Activities{Publisher: pub, Logger: discardLogger()}
+	defer startWorker(t, c, taskQueue, acts)()
 
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()

@@ -4,9 +4,6 @@ package workflows_test
 
 import (
 	"context"
-	"io"
-	"log/slog"
-	"strconv"
 	"testing"
 	"time"
 
@@ -19,7 +16,6 @@ import (
 	"github.com/retry-scheduler/retry-scheduler/internal/devserver"
 	"github.com/retry-scheduler/retry-scheduler/internal/policy"
 	"github.com/retry-scheduler/retry-scheduler/internal/reporter"
-	"github.com/retry-scheduler/retry-scheduler/internal/worker"
 	"github.com/retry-scheduler/retry-scheduler/internal/workflows"
 	"github.com/retry-scheduler/retry-scheduler/internal/workflows/historytest"
 	"github.com/retry-scheduler/retry-scheduler/message"
@@ -47,7 +43,7 @@ func heldPolicy() policy.Policy {
 // published until the breaker's release, which goes out although the gate still holds. With
 // RECORD_HISTORIES set, the run's history is written there for the replay tests.
 func TestHeldRetryIsReleasedOnADevServer(t *testing.T) {
-	h := startHeldRun(t, "held-", "")
+	h := startHeldRun(t, "held", "")
 	ctx, c := h.ctx, h.c
 	msgID, id, pub := h.msgID, h.id, h.pub
 	h.report(0, "")
@@ -98,7 +94,7 @@ const probeFailedHistory = "held-probe-failed-signals-breaker"
 // polls, so that the signal stays as sent), is held again, and a release delivers it. With
 // RECORD_HISTORIES set, the run's history is written there for the replay tests.
 func TestFailedProbeOnADevServer(t *testing.T) {
-	h := startHeldRun(t, "probe-", ".orders")
+	h := startHeldRun(t, "probe", ".orders")
 	ctx, c := h.ctx, h.c
 	msgID, id, pub, report, state := h.msgID, h.id, h.pub, h.report, h.state
 
@@ -150,7 +146,7 @@ const heldKeyReportHistory = "held-report-with-held-key-counts"
 // not the one the consumer already had. With RECORD_HISTORIES set, the run's history is written
 // there for the replay tests.
 func TestReportWithTheHeldRetrysKeyOnADevServer(t *testing.T) {
-	h := startHeldRun(t, "heldkey-", "")
+	h := startHeldRun(t, "heldkey", "")
 	ctx, c := h.ctx, h.c
 	msgID, id, pub, report, state := h.msgID, h.id, h.pub, h.report, h.state
 
@@ -198,14 +194,12 @@ func startHeldRun(t *testing.T, prefix, suffix string) *heldRun {
 	c := srv.DialForTest(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	t.Cleanup(cancel)
-	taskQueue := prefix + strconv.FormatInt(time.Now().UnixNano(), 36)
+	taskQueue := devserver.UniqueName(prefix)
 	h := &heldRun{t: t, ctx: ctx, c: c, msgID: taskQueue, queue: taskQueue + suffix, pub: &memPublisher{}, policy: heldPolicy(),
 		reports: &reporter.Reporter{Client: c, TaskQueue: taskQueue, Retention: time.Minute}}
 	h.id = message.WorkflowID(h.queue, h.msgID)
-	acts := &activities.Activities{Publisher: h.pub, Gate: holdingGate{}, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
-	w := worker.New(c, worker.Options{TaskQueue: taskQueue, StopTimeout: time.Second}, acts)
-	require.NoError(t, w.Start())
-	t.Cleanup(w.Stop)
+	acts := &activities.Activities{Publisher: h.pub, Gate: holdingGate{}, Logger: discardLogger()}
+	t.Cleanup(startWorker(t, c, taskQueue, acts))
 	return h
 }
 

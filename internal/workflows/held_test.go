@@ -148,13 +148,10 @@ func (s *retrySuite) TestRetryNowWhileHeldRepublishesAtOnce() {
 func (s *retrySuite) TestSkipWhileHeldGoesToDead() {
 	s.gate.set(true)
 	s.at(20*time.Second, SignalSkip, OperatorAction{Actor: "dave", Reason: "payments is gone for good"})
-	var dead State
-	s.queryAt(21*time.Second, &dead)
-	s.start(report(breakerPolicy(3), 0, transient))
+	dead := s.startQueryingAt(21*time.Second, report(breakerPolicy(3), 0, transient))
 
 	s.Equal(StatusExpired, s.result().Status)
-	s.Equal(StatusDead, dead.Status)
-	s.Equal(CauseSkipped, dead.DeadReason)
+	s.assertDead(dead, CauseSkipped)
 	s.Equal(10*time.Second, dead.HeldFor)
 	s.Empty(s.pub.to(testQueue))
 	s.Len(s.envelopes(), 1)
@@ -168,9 +165,7 @@ func (s *retrySuite) TestMaxWindowDoesNotRunWhileHeld() {
 	s.at(10*time.Minute, SignalRelease, Release{By: "breaker"})
 	// 10 min 5 s after the first failure, but 9 min 50 s of it held: 15 s into the window.
 	s.failAt(10*time.Minute+5*time.Second, p, 1, transient)
-	var st State
-	s.queryAt(10*time.Minute+6*time.Second, &st)
-	s.start(report(p, 0, transient))
+	st := s.startQueryingAt(10*time.Minute+6*time.Second, report(p, 0, transient))
 
 	s.Equal(StatusDelivered, s.result().Status)
 	s.Equal(StatusScheduled, st.Status, "the window moved on by the time held")
@@ -182,13 +177,10 @@ func (s *retrySuite) TestMaxWindowStillEndsWithoutAHold() {
 	p := breakerPolicy(5)
 	p.MaxWindow = 30 * time.Second
 	s.failAt(25*time.Second, p, 1, transient) // retry at 35 s: past the window
-	var st State
-	s.queryAt(26*time.Second, &st)
-	s.start(report(p, 0, transient))
+	st := s.startQueryingAt(26*time.Second, report(p, 0, transient))
 
 	s.result()
-	s.Equal(StatusDead, st.Status)
-	s.Equal(policy.CauseMaxWindow, st.DeadReason)
+	s.assertDead(st, policy.CauseMaxWindow)
 }
 
 func (s *retrySuite) TestDisabledBreakerNeverHolds() {
@@ -254,21 +246,27 @@ func (s *retrySuite) TestAReleasedRetryThatFailsIsNoProbeFailure() {
 	s.Empty(s.probeFailures)
 }
 
+// reportKeyedWhileHeld runs a message whose retry 1 is held: at 20 s comes a report of retry
+// 1's failure with key, at 40 s the breaker's release. It asserts the message was delivered
+// and returns the state at 21 s, just after the report.
+func (s *retrySuite) reportKeyedWhileHeld(key string) *State {
+	s.gate.set(true)
+	p := breakerPolicy(3)
+	r := report(p, 1, transient)
+	r.RetryKey = key
+	s.at(20*time.Second, SignalFailureReport, r)
+	s.at(40*time.Second, SignalRelease, Release{By: "breaker"})
+	after := s.startQueryingAt(21*time.Second, report(p, 0, transient))
+	s.Equal(StatusDelivered, s.result().Status)
+	return after
+}
+
 // A report that carries the key of the retry the run holds proves that retry went out (in a
 // workflow task its worker never completed): it is that retry's failure, not a report to set
 // aside, and the run goes on to the next retry rather than taking silence as delivered.
 func (s *retrySuite) TestReportWithTheHeldRetrysKeyIsItsFailure() {
-	s.gate.set(true)
-	p := breakerPolicy(3)
-	lost := report(p, 1, transient)
-	lost.RetryKey = testID + ":1"
-	s.at(20*time.Second, SignalFailureReport, lost)
-	var after State
-	s.queryAt(21*time.Second, &after)
-	s.at(40*time.Second, SignalRelease, Release{By: "breaker"})
-	s.start(report(p, 0, transient))
+	after := s.reportKeyedWhileHeld(testID + ":1")
 
-	s.Equal(StatusDelivered, s.result().Status)
 	s.Equal(StatusScheduled, after.Status, "the report ended the hold and scheduled retry 2")
 	s.Equal(1, after.RetryCount)
 	s.Equal(1, after.Sequence)
@@ -287,17 +285,8 @@ func (s *retrySuite) TestReportWithTheHeldRetrysKeyIsItsFailure() {
 
 // A report that names another key than the held retry's is still set aside while held.
 func (s *retrySuite) TestReportWithAnotherKeyWhileHeldIsSetAside() {
-	s.gate.set(true)
-	p := breakerPolicy(3)
-	other := report(p, 1, transient)
-	other.RetryKey = testID + ":7"
-	s.at(20*time.Second, SignalFailureReport, other)
-	var after State
-	s.queryAt(21*time.Second, &after)
-	s.at(40*time.Second, SignalRelease, Release{By: "breaker"})
-	s.start(report(p, 0, transient))
+	after := s.reportKeyedWhileHeld(testID + ":7")
 
-	s.Equal(StatusDelivered, s.result().Status)
 	s.Equal(StatusHeld, after.Status)
 	s.Equal(map[string]int{SetAsideRetryPending: 1}, after.SetAside)
 	got := s.pub.to(testQueue)

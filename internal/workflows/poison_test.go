@@ -37,8 +37,7 @@ func (s *retrySuite) TestPoisonIsParkedDeadThenResolved() {
 	s.start(poisonReport(message.PoisonKindPoison, []byte("{not json")))
 
 	s.Equal(StatusResolved, s.result().Status)
-	s.Equal(StatusDead, dead.Status)
-	s.Equal(message.PoisonKindPoison, dead.DeadReason)
+	s.assertDead(&dead, message.PoisonKindPoison)
 	s.Equal("body is not JSON", dead.DeadDetail)
 	s.False(dead.DeadAt.IsZero())
 	s.Equal([]byte("{not json"), dead.Message.Payload)
@@ -74,8 +73,7 @@ func (s *retrySuite) TestPoisonRetryRepublishesToIngressAndPoisonAgainIsDeadAgai
 	s.Require().Len(got, 1, "a retry republishes the raw bytes to the ingress queue")
 	s.Equal([]byte("junk"), got[0].Msg.Body)
 	s.Equal("sha256-0123", got[0].Msg.MessageId)
-	s.Equal(StatusDead, dead.Status)
-	s.Equal(message.PoisonKindPoison, dead.DeadReason)
+	s.assertDead(&dead, message.PoisonKindPoison)
 	s.Equal("still not JSON", dead.DeadDetail)
 	s.Equal(1, dead.Resets)
 	s.Len(dead.Attempts, 2)
@@ -100,8 +98,7 @@ func (s *retrySuite) TestOversizeTruncatedRefusesRetry() {
 
 	s.Equal(StatusDiscarded, s.result().Status)
 	s.Empty(s.pub.all, "truncated bytes are never republished")
-	s.Equal(StatusDead, dead.Status)
-	s.Equal(message.PoisonKindOversize, dead.DeadReason)
+	s.assertDead(&dead, message.PoisonKindOversize)
 	s.Len(dead.Message.Payload, message.MaxPoisonPayloadBytes)
 	s.True(dead.Poison.Truncated)
 	s.Equal(len(body), dead.Poison.Size)
@@ -115,9 +112,7 @@ func (s *retrySuite) TestOversizeTruncatedRefusesRetry() {
 func (s *retrySuite) TestPoisonReportOnAnOrdinaryRunIsOnlyNoted() {
 	p := fixedPolicy(3)
 	s.at(time.Second, SignalFailureReport, poisonReport(message.PoisonKindPoison, []byte("junk")))
-	var st State
-	s.queryAt(2*time.Second, &st)
-	s.start(report(p, 0, transient))
+	st := s.startQueryingAt(2*time.Second, report(p, 0, transient))
 
 	s.Equal(StatusDelivered, s.result().Status)
 	s.Equal(StatusScheduled, st.Status)

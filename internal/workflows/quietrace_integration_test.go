@@ -4,9 +4,6 @@ package workflows_test
 
 import (
 	"context"
-	"io"
-	"log/slog"
-	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -20,7 +17,6 @@ import (
 	"github.com/retry-scheduler/retry-scheduler/internal/devserver"
 	"github.com/retry-scheduler/retry-scheduler/internal/policy"
 	"github.com/retry-scheduler/retry-scheduler/internal/reporter"
-	"github.com/retry-scheduler/retry-scheduler/internal/worker"
 	"github.com/retry-scheduler/retry-scheduler/internal/workflows"
 	"github.com/retry-scheduler/retry-scheduler/message"
 )
@@ -56,15 +52,11 @@ func TestReportPendingWhenQuietWindowEndsIsApplied(t *testing.T) {
 	srv := devserver.StartForTest(t)
 	c := srv.DialForTest(t)
 
-	taskQueue := "quiet-race-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	taskQueue := devserver.UniqueName("quiet-race")
 	msgID := taskQueue
 	pub := &memPublisher{}
-	acts := &activities.Activities{Publisher: pub, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
-	newWorker := func() func() {
-		w := worker.New(c, worker.Options{TaskQueue: taskQueue, StopTimeout: time.Second}, acts)
-		require.NoError(t, w.Start())
-		return w.Stop
-	}
+	acts := &activities.Activities{Publisher: pub, Logger: discardLogger()}
+	newWorker := func() func() { return startWorker(t, c, taskQueue, acts) }
 
 	p := policy.Policy{
 		Name:        "quiet-race",

@@ -130,16 +130,22 @@ func (s *retrySuite) SetupTest() {
 	s.gate = &fakeGate{}
 	s.counter = &fakeCounter{}
 	s.SetLogger(log.NewStructuredLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
-	s.env = s.NewTestWorkflowEnvironment()
-	s.env.RegisterWorkflowWithOptions(RetryWorkflow, workflow.RegisterOptions{Name: RetryWorkflowName})
-	s.env.RegisterActivity(&activities.Activities{Publisher: s.pub, History: s.hist, Gate: s.gate, Counter: s.counter,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	s.newEnv("")
 	s.probeFailures = map[string][]ProbeFailure{}
 	s.env.OnSignalExternalWorkflow(mock.Anything, mock.Anything, mock.Anything, SignalBreakerProbeFailed, mock.Anything).
 		Return(func(_, id, _, _ string, arg any) error {
 			s.probeFailures[id] = append(s.probeFailures[id], arg.(ProbeFailure))
 			return nil
 		}).Maybe()
+}
+
+// newEnv gives the test a fresh environment running RetryWorkflow with the suite's fakes; its
+// worker archives expired envelopes to archiveQueue ("" archives none).
+func (s *retrySuite) newEnv(archiveQueue string) {
+	s.env = s.NewTestWorkflowEnvironment()
+	s.env.RegisterWorkflowWithOptions(RetryWorkflow, workflow.RegisterOptions{Name: RetryWorkflowName})
+	s.env.RegisterActivity(&activities.Activities{Publisher: s.pub, History: s.hist, Gate: s.gate, Counter: s.counter,
+		ExpiredArchiveQueue: archiveQueue, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 }
 
 func (s *retrySuite) TearDownTest() { s.env.AssertExpectations(s.T()) }
@@ -167,11 +173,38 @@ func (s *retrySuite) result() Result {
 }
 
 func (s *retrySuite) queryAt(d time.Duration, into *State) {
-	s.env.RegisterDelayedCallback(func() {
-		v, err := s.env.QueryWorkflow(QueryState)
-		s.Require().NoError(err)
-		s.Require().NoError(v.Get(into))
-	}, d)
+	s.env.RegisterDelayedCallback(func() { *into = s.stateNow() }, d)
+}
+
+// stateNow is the run's answer to the state query at the test clock's present.
+func (s *retrySuite) stateNow() State {
+	v, err := s.env.QueryWorkflow(QueryState)
+	s.Require().NoError(err)
+	var st State
+	s.Require().NoError(v.Get(&st))
+	return st
+}
+
+// startQueryingAt starts the run on first and returns the state the run answered at d,
+// filled in by the time it returns: the test environment runs the whole workflow in start.
+func (s *retrySuite) startQueryingAt(d time.Duration, first message.FailureReport) *State {
+	var st State
+	s.queryAt(d, &st)
+	s.start(first)
+	return &st
+}
+
+// assertDead asserts that st is dead for cause.
+func (s *retrySuite) assertDead(st *State, cause string) {
+	s.Equal(StatusDead, st.Status)
+	s.Equal(cause, st.DeadReason)
+}
+
+// assertExhausted asserts that st is dead for having used all its retries, the last failure
+// of category.
+func (s *retrySuite) assertExhausted(st *State, category policy.Category) {
+	s.assertDead(st, policy.CauseExhausted)
+	s.Equal(string(category), st.Category)
 }
 
 func (s *retrySuite) envelopes() []message.Envelope {
@@ -186,9 +219,7 @@ func (s *retrySuite) envelopes() []message.Envelope {
 
 func (s *retrySuite) TestHappyPathRepublishesOnceThenDelivered() {
 	p := fixedPolicy(3)
-	var scheduled State
-	s.queryAt(time.Second, &scheduled)
-	s.start(report(p, 0, transient))
+	scheduled := s.startQueryingAt(time.Second, report(p, 0, transient))
 
 	s.Equal(StatusDelivered, s.result().Status)
 	s.Equal(StatusScheduled, scheduled.Status)
@@ -211,9 +242,7 @@ func (s *retrySuite) TestFailAgainUntilExhaustedDeadLettersWithEveryAttempt() {
 	s.failAt(15*time.Second, p, 1, transient)
 	s.failAt(30*time.Second, p, 2, policy.Failure{Reason: "connection reset", ErrorCode: "ECONNRESET"})
 	s.failAt(45*time.Second, p, 3, transient)
-	var dead State
-	s.queryAt(50*time.Second, &dead)
-	s.start(report(p, 0, transient))
+	dead := s.startQueryingAt(50*time.Second, report(p, 0, transient))
 
 	s.Equal(StatusExpired, s.result().Status)
 	s.Len(s.pub.to(testQueue), 3)
@@ -221,8 +250,7 @@ func (s *retrySuite) TestFailAgainUntilExhaustedDeadLettersWithEveryAttempt() {
 		s.EqualValues(i+1, m.Msg.Headers[message.HeaderRetryCount])
 		s.Equal(fmt.Sprintf("%s:%d", testID, i+1), m.Msg.Headers[message.HeaderRetryKey])
 	}
-	s.Equal(StatusDead, dead.Status)
-	s.Equal(policy.CauseExhausted, dead.DeadReason)
+	s.assertDead(dead, policy.CauseExhausted)
 	envs := s.envelopes()
 	s.Require().Len(envs, 1)
 	e := envs[0]
@@ -245,22 +273,17 @@ func (s *retrySuite) TestFailAgainUntilExhaustedDeadLettersWithEveryAttempt() {
 }
 
 func (s *retrySuite) TestPermanentErrorGoesToDeadWithoutRepublish() {
-	var st State
-	s.queryAt(time.Second, &st)
-	s.start(report(fixedPolicy(3), 0, policy.Failure{HTTPStatus: 400, Reason: "bad request"}))
+	st := s.startQueryingAt(time.Second, report(fixedPolicy(3), 0, policy.Failure{HTTPStatus: 400, Reason: "bad request"}))
 
 	s.Equal(StatusExpired, s.result().Status)
 	s.Empty(s.pub.to(testQueue))
-	s.Equal(StatusDead, st.Status)
-	s.Equal(policy.CauseNonRetryable, st.DeadReason)
+	s.assertDead(st, policy.CauseNonRetryable)
 	s.Equal(string(policy.Permanent), st.Category)
 	s.Len(s.envelopes(), 1)
 }
 
 func (s *retrySuite) TestRateLimitedWaitsAtLeastRetryAfter() {
-	var st State
-	s.queryAt(time.Second, &st)
-	s.start(report(fixedPolicy(3), 0, policy.Failure{HTTPStatus: 429, RetryAfter: 2 * time.Minute}))
+	st := s.startQueryingAt(time.Second, report(fixedPolicy(3), 0, policy.Failure{HTTPStatus: 429, RetryAfter: 2 * time.Minute}))
 
 	s.Equal(StatusDelivered, s.result().Status)
 	s.Equal(string(policy.RateLimited), st.Category)
@@ -274,15 +297,11 @@ func (s *retrySuite) TestUnknownErrorStopsAfterThePolicysCap() {
 	unknown := policy.Failure{HTTPStatus: 500, Reason: "internal error"}
 	s.failAt(15*time.Second, p, 1, unknown)
 	s.failAt(30*time.Second, p, 2, unknown)
-	var st State
-	s.queryAt(31*time.Second, &st)
-	s.start(report(p, 0, unknown))
+	st := s.startQueryingAt(31*time.Second, report(p, 0, unknown))
 
 	s.result()
 	s.Len(s.pub.to(testQueue), 2)
-	s.Equal(StatusDead, st.Status)
-	s.Equal(policy.CauseExhausted, st.DeadReason)
-	s.Equal(string(policy.Unknown), st.Category)
+	s.assertExhausted(st, policy.Unknown)
 }
 
 func (s *retrySuite) TestMaxWindowSendsToDead() {
@@ -290,14 +309,11 @@ func (s *retrySuite) TestMaxWindowSendsToDead() {
 	p.MaxWindow = 20 * time.Second
 	// First retry at 10 s is inside the window; the failure at 15 s would retry at 25 s: outside.
 	s.failAt(15*time.Second, p, 1, transient)
-	var st State
-	s.queryAt(16*time.Second, &st)
-	s.start(report(p, 0, transient))
+	st := s.startQueryingAt(16*time.Second, report(p, 0, transient))
 
 	s.result()
 	s.Len(s.pub.to(testQueue), 1)
-	s.Equal(StatusDead, st.Status)
-	s.Equal(policy.CauseMaxWindow, st.DeadReason)
+	s.assertDead(st, policy.CauseMaxWindow)
 }
 
 func (s *retrySuite) TestDuplicateReportsCountOnce() {
@@ -306,9 +322,7 @@ func (s *retrySuite) TestDuplicateReportsCountOnce() {
 	s.at(time.Second, SignalFailureReport, first) // RabbitMQ redelivered the same report
 	s.failAt(15*time.Second, p, 1, transient)
 	s.failAt(16*time.Second, p, 1, transient) // and the failure of retry 1, twice
-	var st State
-	s.queryAt(17*time.Second, &st)
-	s.start(first)
+	st := s.startQueryingAt(17*time.Second, first)
 
 	s.Equal(StatusDelivered, s.result().Status)
 	s.Len(s.pub.to(testQueue), 2)
@@ -326,9 +340,7 @@ func (s *retrySuite) TestReportWithStaleRetryKeyIsDuplicate() {
 	fresh := report(p, 1, transient)
 	fresh.RetryKey = testID + ":1"
 	s.at(16*time.Second, SignalFailureReport, fresh)
-	var st State
-	s.queryAt(17*time.Second, &st)
-	s.start(report(p, 0, transient))
+	st := s.startQueryingAt(17*time.Second, report(p, 0, transient))
 
 	s.Equal(StatusDelivered, s.result().Status)
 	s.Equal(1, st.DuplicateReports)
@@ -339,9 +351,7 @@ func (s *retrySuite) TestReportWithStaleRetryKeyIsDuplicate() {
 func (s *retrySuite) TestReportForDeadMessageStaysDead() {
 	p := fixedPolicy(0)
 	s.failAt(time.Minute, p, 0, transient)
-	var st State
-	s.queryAt(2*time.Minute, &st)
-	s.start(report(p, 0, transient))
+	st := s.startQueryingAt(2*time.Minute, report(p, 0, transient))
 
 	s.Equal(StatusExpired, s.result().Status)
 	s.Equal(StatusDead, st.Status)
@@ -357,14 +367,11 @@ func (s *retrySuite) TestReportForDeadMessageStaysDead() {
 
 func (s *retrySuite) TestSkipWhileScheduledGoesToDead() {
 	s.at(5*time.Second, SignalSkip, OperatorAction{Actor: "alice", Reason: "known bad"})
-	var st State
-	s.queryAt(6*time.Second, &st)
-	s.start(report(fixedPolicy(3), 0, transient))
+	st := s.startQueryingAt(6*time.Second, report(fixedPolicy(3), 0, transient))
 
 	s.result()
 	s.Empty(s.pub.to(testQueue))
-	s.Equal(StatusDead, st.Status)
-	s.Equal(CauseSkipped, st.DeadReason)
+	s.assertDead(st, CauseSkipped)
 	s.Contains(st.DeadDetail, "alice")
 	envs := s.envelopes()
 	s.Require().Len(envs, 1)
@@ -373,9 +380,7 @@ func (s *retrySuite) TestSkipWhileScheduledGoesToDead() {
 
 func (s *retrySuite) TestRetryNowWhileScheduledRepublishesAtOnce() {
 	s.at(2*time.Second, SignalRetryNow, OperatorAction{Actor: "bob"})
-	var st State
-	s.queryAt(3*time.Second, &st)
-	s.start(report(fixedPolicy(3), 0, transient))
+	st := s.startQueryingAt(3*time.Second, report(fixedPolicy(3), 0, transient))
 
 	s.Equal(StatusDelivered, s.result().Status)
 	s.Equal(StatusAwaitingOutcome, st.Status) // at 3 s, long before the 10 s delay
@@ -386,9 +391,7 @@ func (s *retrySuite) TestRetryFromDeadResetsCount() {
 	p := fixedPolicy(1)
 	s.failAt(15*time.Second, p, 1, transient) // retry 1 failed: dead (max 1)
 	s.at(20*time.Second, SignalRetryNow, OperatorAction{Actor: "carol", Reason: "payments fixed"})
-	var st State
-	s.queryAt(21*time.Second, &st)
-	s.start(report(p, 0, transient))
+	st := s.startQueryingAt(21*time.Second, report(p, 0, transient))
 
 	r := s.result()
 	s.Equal(StatusDelivered, r.Status)
@@ -414,9 +417,7 @@ func (s *retrySuite) TestDiscardFromDead() {
 }
 
 func (s *retrySuite) TestRetentionExpiry() {
-	var st State
-	s.queryAt(59*time.Minute, &st)
-	s.start(report(fixedPolicy(0), 0, transient))
+	st := s.startQueryingAt(59*time.Minute, report(fixedPolicy(0), 0, transient))
 
 	s.Equal(StatusExpired, s.result().Status)
 	s.Equal(StatusDead, st.Status, "still parked just before the one-hour retention ends")
@@ -440,9 +441,7 @@ func (s *retrySuite) TestRetentionExpiryIsCounted() {
 
 func (s *retrySuite) TestIllegalSignalsAreRefusedNotApplied() {
 	s.at(time.Second, SignalResolve, OperatorAction{Actor: "frank"})
-	var st State
-	s.queryAt(2*time.Second, &st)
-	s.start(report(fixedPolicy(3), 0, transient))
+	st := s.startQueryingAt(2*time.Second, report(fixedPolicy(3), 0, transient))
 
 	s.Equal(StatusDelivered, s.result().Status)
 	s.Equal(StatusScheduled, st.Status)
@@ -453,9 +452,7 @@ func (s *retrySuite) TestIllegalSignalsAreRefusedNotApplied() {
 
 func (s *retrySuite) TestManualPolicyNeverRetriesByItself() {
 	builtins := policy.Builtins()
-	var st State
-	s.queryAt(time.Minute, &st)
-	s.start(report(builtins["manual"], 0, transient))
+	st := s.startQueryingAt(time.Minute, report(builtins["manual"], 0, transient))
 
 	s.Equal(StatusExpired, s.result().Status)
 	s.Empty(s.pub.to(testQueue))
@@ -500,13 +497,10 @@ func (s *retrySuite) TestNewRunCarriesTheEarlierRunsAttempts() {
 
 func (s *retrySuite) TestUnroutableDestinationIsPermanent() {
 	s.pub.unroutable[testQueue] = true
-	var st State
-	s.queryAt(11*time.Second, &st)
-	s.start(report(fixedPolicy(3), 0, transient))
+	st := s.startQueryingAt(11*time.Second, report(fixedPolicy(3), 0, transient))
 
 	s.result()
-	s.Equal(StatusDead, st.Status)
-	s.Equal(CauseUnroutable, st.DeadReason)
+	s.assertDead(st, CauseUnroutable)
 }
 
 // A message whose own content cannot be published (a correlation id over AMQP's 255-byte
@@ -519,8 +513,7 @@ func (s *retrySuite) TestUnpublishableMessageIsDeadLettered() {
 	s.start(r)
 
 	s.result()
-	s.Equal(StatusDead, st.Status)
-	s.Equal(CauseUnpublishable, st.DeadReason)
+	s.assertDead(&st, CauseUnpublishable)
 	s.Contains(st.DeadDetail, "correlation_id is 300 bytes")
 	s.Empty(s.pub.to(testQueue), "nothing reached the publisher")
 	envs := s.envelopes()
@@ -556,9 +549,7 @@ func (s *retrySuite) TestFirstDelayIsTheRunsFirstDecision() {
 	rep := report(jitteredPolicy(), 0, transient)
 	d, ok := firstDelay(id, rep, time.Now())
 	s.Require().True(ok)
-	var scheduled State
-	s.queryAt(time.Second, &scheduled)
-	s.start(rep)
+	scheduled := s.startQueryingAt(time.Second, rep)
 
 	s.Equal(StatusDelivered, s.result().Status)
 	s.NotEqual(10*time.Second, d.Delay, "the jitter should move the delay")

@@ -4,9 +4,6 @@ package workflows_test
 
 import (
 	"context"
-	"io"
-	"log/slog"
-	"strconv"
 	"testing"
 	"time"
 
@@ -18,7 +15,6 @@ import (
 	"github.com/retry-scheduler/retry-scheduler/internal/devserver"
 	"github.com/retry-scheduler/retry-scheduler/internal/policy"
 	"github.com/retry-scheduler/retry-scheduler/internal/reporter"
-	"github.com/retry-scheduler/retry-scheduler/internal/worker"
 	"github.com/retry-scheduler/retry-scheduler/internal/workflows"
 	"github.com/retry-scheduler/retry-scheduler/message"
 )
@@ -30,13 +26,9 @@ func TestReportPendingWhenTheRunEndsIsSetAside(t *testing.T) {
 	srv := devserver.StartForTest(t)
 	c := srv.DialForTest(t)
 
-	taskQueue := "run-ended-" + strconv.FormatInt(time.Now().UnixNano(), 36)
-	acts := &activities.Activities{Publisher: &memPublisher{}, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
-	newWorker := func() func() {
-		w := worker.New(c, worker.Options{TaskQueue: taskQueue, StopTimeout: time.Second}, acts)
-		require.NoError(t, w.Start())
-		return w.Stop
-	}
+	taskQueue := devserver.UniqueName("run-ended")
+	acts := &activities.Activities{Publisher: &memPublisher{}, Logger: discardLogger()}
+	newWorker := func() func() { return startWorker(t, c, taskQueue, acts) }
 	const retention = 3 * time.Second
 	p := policy.Policy{Name: "run-ended", Backoff: policy.Backoff{Kind: policy.Schedule, Delays: []time.Duration{time.Second}},
 		Jitter: policy.Jitter{Mode: policy.NoJitter}, MaxRetries: 0, QuietWindow: time.Second}

@@ -99,9 +99,7 @@ func setAsideKey(reason string) string {
 func (s *retrySuite) TestNaiveReportAfterRepublishCountsAsItsFailure() {
 	p := fixedPolicy(3)
 	s.at(15*time.Second, SignalFailureReport, naive(p))
-	var st State
-	s.queryAt(16*time.Second, &st)
-	s.start(naive(p))
+	st := s.startQueryingAt(16*time.Second, naive(p))
 
 	s.Equal(StatusDelivered, s.result().Status)
 	s.Len(s.pub.to(testQueue), 2, "retry 2 republished")
@@ -126,13 +124,10 @@ func (s *retrySuite) TestNaiveConsumerEndsDeadNeverDelivered() {
 	for _, at := range []time.Duration{15, 30, 45} {
 		s.at(at*time.Second, SignalFailureReport, naive(p))
 	}
-	var st State
-	s.queryAt(50*time.Second, &st)
-	s.start(naive(p))
+	st := s.startQueryingAt(50*time.Second, naive(p))
 
 	s.Equal(StatusExpired, s.result().Status)
-	s.Equal(StatusDead, st.Status)
-	s.Equal(policy.CauseExhausted, st.DeadReason)
+	s.assertDead(st, policy.CauseExhausted)
 	s.Len(s.pub.to(testQueue), 3, "max_retries republishes")
 	envs := s.envelopes()
 	s.Require().Len(envs, 1)
@@ -153,9 +148,7 @@ func (s *retrySuite) TestReportForAnOlderKeyIsSetAsideAndCounted() {
 	fail1.RetryKey = testID + ":1"
 	s.at(15*time.Second, SignalFailureReport, fail1) // retry 2 at 25 s
 	s.at(27*time.Second, SignalFailureReport, fail1) // a redelivery, after retry 2 went out
-	var st State
-	s.queryAt(28*time.Second, &st)
-	s.start(report(p, 0, transient))
+	st := s.startQueryingAt(28*time.Second, report(p, 0, transient))
 
 	s.Equal(StatusDelivered, s.result().Status)
 	s.Len(s.pub.to(testQueue), 2)
@@ -181,11 +174,7 @@ func (s *retrySuite) TestKeylessReportFromBeforeTheRepublishIsSetAside() {
 	p := fixedPolicy(3)
 	var mid State
 	s.env.RegisterDelayedCallback(func() {
-		v, err := s.env.QueryWorkflow(QueryState)
-		s.Require().NoError(err)
-		var st State
-		s.Require().NoError(v.Get(&st))
-		out := st.Attempts[0].RepublishedAt
+		out := s.stateNow().Attempts[0].RepublishedAt
 		s.Require().False(out.IsZero())
 		early := naive(p)
 		early.ReportedAt = out.Add(-time.Second)
@@ -193,17 +182,11 @@ func (s *retrySuite) TestKeylessReportFromBeforeTheRepublishIsSetAside() {
 	}, 12*time.Second)
 	s.queryAt(13*time.Second, &mid)
 	s.env.RegisterDelayedCallback(func() {
-		v, err := s.env.QueryWorkflow(QueryState)
-		s.Require().NoError(err)
-		var st State
-		s.Require().NoError(v.Get(&st))
 		late := naive(p)
-		late.ReportedAt = st.Attempts[0].RepublishedAt.Add(time.Second)
+		late.ReportedAt = s.stateNow().Attempts[0].RepublishedAt.Add(time.Second)
 		s.env.SignalWorkflow(SignalFailureReport, late)
 	}, 14*time.Second)
-	var after State
-	s.queryAt(15*time.Second, &after)
-	s.start(naive(p))
+	after := s.startQueryingAt(15*time.Second, naive(p))
 
 	s.Equal(StatusDelivered, s.result().Status)
 	s.Equal(StatusAwaitingOutcome, mid.Status)
@@ -222,9 +205,7 @@ func (s *retrySuite) TestNaiveReportOnARunFromBeforeTheChangeIsSetAside() {
 	s.env.OnGetVersion(changeKeylessReportCounts, workflow.DefaultVersion, 1).Return(workflow.DefaultVersion)
 	p := fixedPolicy(3)
 	s.at(15*time.Second, SignalFailureReport, naive(p))
-	var st State
-	s.queryAt(16*time.Second, &st)
-	s.start(naive(p))
+	st := s.startQueryingAt(16*time.Second, naive(p))
 
 	s.Equal(StatusDelivered, s.result().Status)
 	s.Len(s.pub.to(testQueue), 1)
@@ -249,9 +230,7 @@ func (s *retrySuite) TestRedeliveredFirstReportIsSetAside() {
 	var st State
 	s.queryAt(16*time.Second, &st)
 	s.at(17*time.Second, SignalFailureReport, other)
-	var st2 State
-	s.queryAt(18*time.Second, &st2)
-	s.start(first)
+	st2 := s.startQueryingAt(18*time.Second, first)
 
 	s.Equal(StatusDelivered, s.result().Status)
 	s.Equal(StatusAwaitingOutcome, st.Status, "retry 1 still awaits its outcome")
