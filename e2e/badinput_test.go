@@ -19,7 +19,6 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/retry-scheduler/retry-scheduler/internal/broker"
 	"github.com/retry-scheduler/retry-scheduler/internal/broker/brokertest"
 	"github.com/retry-scheduler/retry-scheduler/internal/deadletter"
 	"github.com/retry-scheduler/retry-scheduler/internal/workflows"
@@ -283,36 +282,29 @@ func jsonOf(t *testing.T, v any) []byte {
 func (s *stack) rejectThrough(queue string, p amqp.Publishing) {
 	s.t.Helper()
 	s.publishRaw(queue, p)
-	conn, err := broker.Dial(broker.Config{URL: brokertest.URL()})
-	require.NoError(s.t, err)
-	defer conn.Close()
-	ch, err := conn.Channel()
-	require.NoError(s.t, err)
-	defer ch.Close()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		d, ok, err := ch.Get(queue, false)
-		require.NoError(s.t, err)
-		if ok {
-			require.NoError(s.t, d.Reject(false))
-			return
+	onChannel(s.t, brokertest.URL(), func(ch *amqp.Channel) {
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			d, ok, err := ch.Get(queue, false)
+			require.NoError(s.t, err)
+			if ok {
+				require.NoError(s.t, d.Reject(false))
+				return
+			}
+			require.True(s.t, time.Now().Before(deadline), "message did not reach %s", queue)
+			time.Sleep(20 * time.Millisecond)
 		}
-		require.True(s.t, time.Now().Before(deadline), "message did not reach %s", queue)
-		time.Sleep(20 * time.Millisecond)
-	}
+	})
 }
 
 // depth is the number of ready messages on a queue.
-func (s *stack) depth(queue string) int {
-	conn, err := broker.Dial(broker.Config{URL: brokertest.URL()})
-	require.NoError(s.t, err)
-	defer conn.Close()
-	ch, err := conn.Channel()
-	require.NoError(s.t, err)
-	defer ch.Close()
-	q, err := ch.QueueDeclarePassive(queue, true, false, false, false, nil)
-	require.NoError(s.t, err)
-	return q.Messages
+func (s *stack) depth(queue string) (n int) {
+	onChannel(s.t, brokertest.URL(), func(ch *amqp.Channel) {
+		q, err := ch.QueueDeclarePassive(queue, true, false, false, false, nil)
+		require.NoError(s.t, err)
+		n = q.Messages
+	})
+	return n
 }
 
 // brokerMaxMessageSize is RabbitMQ's max_message_size (128 MiB by default in 3.x, 16 MiB in 4.x).

@@ -66,6 +66,12 @@ func browser(t *testing.T) context.Context {
 	return ctx
 }
 
+// newPage starts the test's browser (see browser) and a driver of its page.
+func newPage(t *testing.T) *pageDriver {
+	t.Helper()
+	return &pageDriver{t: t, ctx: browser(t)}
+}
+
 // pageDriver drives the ops page.
 type pageDriver struct {
 	t   *testing.T
@@ -101,6 +107,22 @@ func (p *pageDriver) do(steps ...chromedp.Action[chromedp.Void]) {
 	ctx, cancel := context.WithTimeout(p.ctx, 30*time.Second)
 	defer cancel()
 	require.NoError(p.t, chromedp.Do(ctx, steps...))
+}
+
+// signIn opens the page at base, signs in with token and, unless landing is "", waits for
+// the landing element to show.
+func (p *pageDriver) signIn(base, token, landing string) {
+	p.t.Helper()
+	steps := []chromedp.Action[chromedp.Void]{
+		chromedp.Navigate(base + "/"),
+		chromedp.WaitVisible(chromedp.CSS("#token-input")),
+		chromedp.SendKeys(chromedp.CSS("#token-input"), token),
+		chromedp.Click(chromedp.CSS("#sign-in")),
+	}
+	if landing != "" {
+		steps = append(steps, chromedp.WaitVisible(chromedp.CSS(landing)))
+	}
+	p.do(steps...)
 }
 
 func (p *pageDriver) eval(expr string) (bool, error) {
@@ -165,21 +187,14 @@ func (p *pageDriver) text(sel string) string {
 }
 
 func TestOpsBrowser(t *testing.T) {
-	ctx := browser(t)
+	p := newPage(t)
 	s := newStack(t)
 	api := s.runWithOps()
 	q := s.queue(s.prefix+".orders", nil)
-	p := &pageDriver{t: t, ctx: ctx}
 	p.acceptDialogs()
 
 	// Sign in; nothing has failed yet: the empty state.
-	p.do(
-		chromedp.Navigate(api.base+"/"),
-		chromedp.WaitVisible(chromedp.CSS("#token-input")),
-		chromedp.SendKeys(chromedp.CSS("#token-input"), opToken),
-		chromedp.Click(chromedp.CSS("#sign-in")),
-		chromedp.WaitVisible(chromedp.CSS("#dl-empty")),
-	)
+	p.signIn(api.base, opToken, "#dl-empty")
 	assert.Equal(t, "No failed events. All integrations healthy.", p.text("#dl-empty"))
 	assert.Equal(t, "op (operator)", p.text("#whoami"))
 
@@ -255,13 +270,12 @@ func (p *pageDriver) setValue(sel, value string) {
 // Web UI, the attempts table, the event type column and filter, the created-at column, the
 // recently delivered view, and "Retry all matching".
 func TestOpsBrowserOperatorViews(t *testing.T) {
-	ctx := browser(t)
+	p := newPage(t)
 	s := newStack(t)
 	s.cfg.TemporalUIURL = uiBase
 	api := s.runWithOps()
 	q := s.queue(s.prefix+".orders", nil)
 	other := s.queue(s.prefix+".other", nil)
-	p := &pageDriver{t: t, ctx: ctx}
 	p.acceptDialogs()
 
 	typed := s.typed(q, "t1", "permanent", "")
@@ -271,13 +285,7 @@ func TestOpsBrowserOperatorViews(t *testing.T) {
 		ErrorReason: "503", EventType: "order.created"})
 	delivered := message.WorkflowID(other, "ok")
 
-	p.do(
-		chromedp.Navigate(api.base+"/"),
-		chromedp.WaitVisible(chromedp.CSS("#token-input")),
-		chromedp.SendKeys(chromedp.CSS("#token-input"), opToken),
-		chromedp.Click(chromedp.CSS("#sign-in")),
-		chromedp.WaitVisible(chromedp.CSS("#app")),
-	)
+	p.signIn(api.base, opToken, "#app")
 	p.until("dead letter "+typed, rowExpr("#dl-table", typed)+" && "+rowExpr("#dl-table", plain))
 
 	// The event type column, the created-at column and the View log link of a row.
@@ -355,20 +363,13 @@ func jsText(sel string) string {
 // retry due for it held (in the retry queue and in the breaker's held count), resume it from
 // the page, and the held retry goes out and is delivered.
 func TestOpsBrowserBreakers(t *testing.T) {
-	ctx := browser(t)
+	p := newPage(t)
 	s := newStack(t)
 	api := s.runWithOps()
 	q := s.queue(s.prefix+".orders", nil)
-	p := &pageDriver{t: t, ctx: ctx}
 	p.acceptDialogs()
 
-	p.do(
-		chromedp.Navigate(api.base+"/"),
-		chromedp.WaitVisible(chromedp.CSS("#token-input")),
-		chromedp.SendKeys(chromedp.CSS("#token-input"), opToken),
-		chromedp.Click(chromedp.CSS("#sign-in")),
-		chromedp.WaitVisible(chromedp.CSS("#destinations")),
-	)
+	p.signIn(api.base, opToken, "#destinations")
 	p.until("no breakers yet", `!document.querySelector("#br-empty").hidden`)
 
 	// Pause by name: the breaker starts paused.

@@ -4,14 +4,12 @@ package e2e
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"sort"
 	"strings"
 	"testing"
 	"time"
 
-	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/client"
@@ -49,17 +47,7 @@ func TestDashboardAndAlertSeriesAreOnMetrics(t *testing.T) {
 	orders := s.queue(s.prefix+".orders", nil) // e2e-fast: a retry 300 ms after each failure
 	metricsURL := "http://" + s.cfg.HTTPAddr + "/metrics"
 
-	// The consumer of orders fails every "ex-" message again, reporting it as a service
-	// would, and takes the others.
-	s.consume(orders, func(d amqp.Delivery) {
-		if strings.HasPrefix(d.MessageId, "ex-") {
-			n := int(d.Headers["x-retry-count"].(int32))
-			key, _ := d.Headers["x-retry-key"].(string)
-			_ = s.sendRetry(message.RetryMessage{MessageID: d.MessageId, OriginalPayload: d.Body, OriginalQueue: orders,
-				ErrorReason: fmt.Sprintf("503 #%d", n+1), HTTPStatus: 503, RetryCount: n, RetryKey: key, MaxRetries: 1})
-		}
-		_ = d.Ack(false)
-	})
+	s.failExAgain(orders, 1)
 	dead := s.consume(s.dlq, nil)
 
 	s.publishRetry(message.RetryMessage{MessageID: "ok-1", OriginalPayload: []byte("o"), OriginalQueue: orders, ErrorReason: "503"})

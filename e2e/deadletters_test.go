@@ -14,7 +14,6 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/retry-scheduler/retry-scheduler/internal/broker"
 	"github.com/retry-scheduler/retry-scheduler/internal/broker/brokertest"
 	"github.com/retry-scheduler/retry-scheduler/internal/deadletter/schematest"
 	"github.com/retry-scheduler/retry-scheduler/internal/service"
@@ -55,12 +54,10 @@ routes:
 // queueExists reports whether a passive declare finds the queue.
 func queueExists(t *testing.T, name string) bool {
 	t.Helper()
-	conn, err := broker.Dial(broker.Config{URL: brokertest.URL()})
-	require.NoError(t, err)
-	defer conn.Close()
-	ch, err := conn.Channel()
-	require.NoError(t, err)
-	_, err = ch.QueueDeclarePassive(name, true, false, false, false, nil)
+	var err error
+	onChannel(t, brokertest.URL(), func(ch *amqp.Channel) {
+		_, err = ch.QueueDeclarePassive(name, true, false, false, false, nil)
+	})
 	return err == nil
 }
 
@@ -206,14 +203,5 @@ func TestExpiredDeadLetterIsCountedAndArchived(t *testing.T) {
 	assert.Equal(t, "expire-1", env.MessageID)
 	assert.True(t, d.RoutedToDlqAt.Equal(env.RoutedToDlqAt), "the envelope as it was dead-lettered")
 
-	eventually(t, 30*time.Second, func() error {
-		m, err := scrape(metricsURL)
-		if err != nil {
-			return err
-		}
-		if got := m.value(expired) - before.value(expired); got != 1 {
-			return fmt.Errorf("%s moved by %v", expired, got)
-		}
-		return nil
-	})
+	waitMovedBy(t, metricsURL, before, expired, 1)
 }

@@ -16,8 +16,6 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/api/workflowservice/v1"
 
-	"github.com/retry-scheduler/retry-scheduler/internal/broker"
-	"github.com/retry-scheduler/retry-scheduler/internal/broker/brokertest"
 	"github.com/retry-scheduler/retry-scheduler/internal/workflows"
 	"github.com/retry-scheduler/retry-scheduler/message"
 )
@@ -37,24 +35,14 @@ func (s *stack) withBillingDLQ() (billingDLQ string) {
 // wrongly sent through amq.direct would arrive there; the binding goes with the queue.
 func (s *stack) bindAmqDirect(queue string) {
 	s.t.Helper()
-	conn, err := broker.Dial(broker.Config{URL: brokertest.URL()})
-	require.NoError(s.t, err)
-	defer conn.Close()
-	ch, err := conn.Channel()
-	require.NoError(s.t, err)
-	require.NoError(s.t, ch.QueueBind(queue, queue, "amq.direct", false, nil))
+	s.bind(queue, "amq.direct", queue)
 }
 
 // waitDead waits for the parked workflow of a poison delivery: the bridge parks it once its
 // envelope is on the dead-letter queue.
 func (s *stack) waitDead(id string) {
 	s.t.Helper()
-	eventually(s.t, 30*time.Second, func() error {
-		if st := s.retryStatus(id); st != workflows.StatusDead {
-			return fmt.Errorf("%s is %q, not parked dead", id, st)
-		}
-		return nil
-	})
+	s.waitRetryStatus(id, workflows.StatusDead, 30*time.Second)
 }
 
 // A report aimed at the ingress, at a dead-letter queue or at an amq.* exchange is poison:

@@ -198,12 +198,7 @@ func TestWorkerKilledWhileRetryWaits(t *testing.T) {
 	id := message.WorkflowID(orders, "m-6")
 	// The 4 s first delay is waited as the workflow's start delay (START_DELAY_MAX): the
 	// search attributes say scheduled from the start; the run has no task before it ends.
-	eventually(t, 20*time.Second, func() error {
-		if st := s.retryStatus(id); st != workflows.StatusScheduled {
-			return fmt.Errorf("RetryStatus %q", st)
-		}
-		return nil
-	})
+	s.waitRetryStatus(id, workflows.StatusScheduled, 20*time.Second)
 	require.NoError(t, w1.Process.Kill()) // SIGKILL
 	_ = w1.Wait()
 

@@ -20,12 +20,7 @@ func (s *stack) deadLetters(queue string, ids ...string) []string {
 	s.t.Helper()
 	wids := s.dead(queue, "", ids...)
 	for _, id := range wids {
-		eventually(s.t, 30*time.Second, func() error {
-			if st := s.retryStatus(id); st != workflows.StatusDead {
-				return fmt.Errorf("%s is %q, want dead", id, st)
-			}
-			return nil
-		})
+		s.waitRetryStatus(id, workflows.StatusDead, 30*time.Second)
 	}
 	return wids
 }
@@ -190,7 +185,7 @@ func nextRetryAt(t *testing.T, out map[string]any) time.Time {
 // The page's "Edit & retry" sends what the operator changed and says the outcome; a refused
 // destination stays in the dialog; "Snooze" schedules a dead letter's retry.
 func TestOpsBrowserEditAndSnooze(t *testing.T) {
-	ctx := browser(t)
+	p := newPage(t)
 	s := newStack(t)
 	api := s.runWithOps()
 	q := s.queue(s.prefix+".page-edit", nil)
@@ -199,14 +194,7 @@ func TestOpsBrowserEditAndSnooze(t *testing.T) {
 	cOther := s.consume(other, nil)
 	ids := s.deadLetters(q, "page-edit", "page-move", "page-snooze")
 	edited, moved, snoozed := ids[0], ids[1], ids[2]
-	p := &pageDriver{t: t, ctx: ctx}
-	p.do(
-		chromedp.Navigate(api.base+"/"),
-		chromedp.WaitVisible(chromedp.CSS("#token-input")),
-		chromedp.SendKeys(chromedp.CSS("#token-input"), adminToken),
-		chromedp.Click(chromedp.CSS("#sign-in")),
-		chromedp.WaitVisible(chromedp.CSS("#dl-table")),
-	)
+	p.signIn(api.base, adminToken, "#dl-table")
 	// open clicks the row's button in the page's current table.
 	open := func(id, class, dialog string) {
 		t.Helper()

@@ -124,7 +124,7 @@ func TestFindDeadLetters(t *testing.T) {
 // The page: the Service and External System columns, and the search box finds a dead letter
 // by the dlqId of its envelope.
 func TestFindDeadLettersInBrowser(t *testing.T) {
-	ctx := browser(t)
+	p := newPage(t)
 	s := newStack(t)
 	api := s.runWithOps()
 	q := s.queue(s.prefix+".orders", nil)
@@ -133,14 +133,7 @@ func TestFindDeadLettersInBrowser(t *testing.T) {
 	envs := s.envelopes(2)
 	api.waitTotal(viewerToken, "/api/dead-letters?queue="+url.QueryEscape(q), 2)
 
-	p := &pageDriver{t: t, ctx: ctx}
-	p.do(
-		chromedp.Navigate(api.base+"/"),
-		chromedp.WaitVisible(chromedp.CSS("#token-input")),
-		chromedp.SendKeys(chromedp.CSS("#token-input"), viewerToken),
-		chromedp.Click(chromedp.CSS("#sign-in")),
-		chromedp.WaitVisible(chromedp.CSS("#app")),
-	)
+	p.signIn(api.base, viewerToken, "#app")
 	p.until("dead letters "+billing+", "+shipping, rowExpr("#dl-table", billing)+" && "+rowExpr("#dl-table", shipping))
 	row := rowSel("#dl-table", billing)
 	assert.Equal(t, "billing", p.text(row+" td.service"))

@@ -4,7 +4,6 @@ package e2e
 
 import (
 	"encoding/json"
-	"fmt"
 	"testing"
 	"time"
 
@@ -36,16 +35,7 @@ func TestOperatorActsDuringTheFirstWait(t *testing.T) {
 		s.publishRetry(message.RetryMessage{MessageID: id, OriginalPayload: []byte(id), OriginalQueue: q, ErrorReason: "503"})
 	}
 	for _, id := range []string{now, skip} {
-		eventually(t, 20*time.Second, func() error {
-			st, err := s.state(id)
-			if err != nil {
-				return err
-			}
-			if st.Status != workflows.StatusScheduled {
-				return fmt.Errorf("status %q", st.Status)
-			}
-			return nil
-		})
+		s.waitQueriedStatus(t, id, workflows.StatusScheduled, 20*time.Second)
 	}
 
 	out := api.must(200, opToken, "POST", msgPath(now)+"/retry", map[string]string{"reason": "consumer fixed"})

@@ -16,8 +16,6 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/api/workflowservice/v1"
 
-	"github.com/retry-scheduler/retry-scheduler/internal/broker"
-	"github.com/retry-scheduler/retry-scheduler/internal/broker/brokertest"
 	"github.com/retry-scheduler/retry-scheduler/internal/config"
 	"github.com/retry-scheduler/retry-scheduler/internal/workflows"
 	"github.com/retry-scheduler/retry-scheduler/message"
@@ -237,17 +235,6 @@ func floodBadReports(s *stack, orders, canary string) []floodBad {
 		out = append(out, b)
 	}
 	return out
-}
-
-// bind binds the test's queue to exchange with key.
-func (s *stack) bind(queue, exchange, key string) {
-	s.t.Helper()
-	conn, err := broker.Dial(broker.Config{URL: brokertest.URL()})
-	require.NoError(s.t, err)
-	defer conn.Close()
-	ch, err := conn.Channel()
-	require.NoError(s.t, err)
-	require.NoError(s.t, ch.QueueBind(queue, key, exchange, false, nil))
 }
 
 // logRecorder reads the service's JSON logs (one record per write) for its connection events.

@@ -8,6 +8,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"os"
@@ -148,11 +149,17 @@ func newStackWith(t *testing.T, temporal *devserver.Server, opts stackOptions) *
 // run starts the service in this process in the given mode until the test ends.
 func (s *stack) run(mode string) {
 	s.t.Helper()
+	s.runWithLogger(mode, s.logger)
+}
+
+// runWithLogger is run with the service logging to logger.
+func (s *stack) runWithLogger(mode string, logger *slog.Logger) {
+	s.t.Helper()
 	cfg := s.cfg
 	cfg.Mode = mode
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- service.Run(ctx, cfg, s.logger) }()
+	go func() { done <- service.Run(ctx, cfg, logger) }()
 	s.t.Cleanup(func() {
 		cancel()
 		select {
@@ -180,15 +187,33 @@ func (s *stack) queue(name string, args amqp.Table) string {
 // queueOn is queue, declared through the broker at url (one node of a cluster).
 func (s *stack) queueOn(url, name string, args amqp.Table) string {
 	s.t.Helper()
-	conn, err := broker.Dial(broker.Config{URL: url})
-	require.NoError(s.t, err)
-	defer conn.Close()
-	ch, err := conn.Channel()
-	require.NoError(s.t, err)
-	_, err = ch.QueueDeclare(name, true, false, false, false, args)
-	require.NoError(s.t, err)
+	onChannel(s.t, url, func(ch *amqp.Channel) {
+		_, err := ch.QueueDeclare(name, true, false, false, false, args)
+		require.NoError(s.t, err)
+	})
 	s.t.Cleanup(func() { s.deleteQueues(name) })
 	return name
+}
+
+// onChannel runs f on a channel of a connection of its own to the broker at url, both closed
+// when f returns.
+func onChannel(t *testing.T, url string, f func(ch *amqp.Channel)) {
+	t.Helper()
+	conn, err := broker.Dial(broker.Config{URL: url})
+	require.NoError(t, err)
+	defer conn.Close()
+	ch, err := conn.Channel()
+	require.NoError(t, err)
+	defer ch.Close()
+	f(ch)
+}
+
+// bind binds the test's queue to exchange with key.
+func (s *stack) bind(queue, exchange, key string) {
+	s.t.Helper()
+	onChannel(s.t, brokertest.URL(), func(ch *amqp.Channel) {
+		require.NoError(s.t, ch.QueueBind(queue, key, exchange, false, nil))
+	})
 }
 
 func (s *stack) deleteQueues(names ...string) {
@@ -276,6 +301,30 @@ func (s *stack) retryStatus(id string) workflows.Status {
 		_ = converter.GetDefaultDataConverter().FromPayload(p, &st)
 	}
 	return workflows.Status(st)
+}
+
+// waitRetryStatus waits until the workflow's RetryStatus search attribute reads want.
+func (s *stack) waitRetryStatus(id string, want workflows.Status, timeout time.Duration) {
+	s.t.Helper()
+	eventually(s.t, timeout, func() error {
+		if st := s.retryStatus(id); st != want {
+			return fmt.Errorf("%s is %q, want %q", id, st, want)
+		}
+		return nil
+	})
+}
+
+// waitQueriedStatus waits until the workflow's queried state has status want. t is the
+// calling test's own (a subtest's inside t.Run).
+func (s *stack) waitQueriedStatus(t *testing.T, id string, want workflows.Status, timeout time.Duration) {
+	t.Helper()
+	eventually(t, timeout, func() error {
+		st, err := s.state(id)
+		if err == nil && st.Status != want {
+			err = fmt.Errorf("%s: status %q, want %q", id, st.Status, want)
+		}
+		return err
+	})
 }
 
 // recordHistory writes the workflow's history to $RECORD_HISTORIES/<name>.json for the replay

@@ -5,7 +5,6 @@ package e2e
 import (
 	"context"
 	"errors"
-	"fmt"
 	"testing"
 	"time"
 
@@ -80,12 +79,7 @@ func TestReportFindsTheLegacyWorkflowOfItsQueue(t *testing.T) {
 	require.NoError(t, err)
 	s.run("all")
 	// The run's first task sets its OriginalQueue, which the look-up checks.
-	eventually(t, 20*time.Second, func() error {
-		if st := s.retryStatus(legacy); st != workflows.StatusScheduled {
-			return fmt.Errorf("legacy run is %q", st)
-		}
-		return nil
-	})
+	s.waitRetryStatus(legacy, workflows.StatusScheduled, 20*time.Second)
 
 	// A redelivered report of the same message, through the ingress.
 	s.publishRetry(message.RetryMessage{MessageID: "7", OriginalPayload: []byte("live"), OriginalQueue: queue,

@@ -245,14 +245,8 @@ func TestReplayAsAJob(t *testing.T) {
 // progress bar shows progress, and writes a screenshot to the test's artifact directory.
 func followInBrowser(t *testing.T, base, id string) string {
 	t.Helper()
-	ctx := browser(t)
-	p := &pageDriver{t: t, ctx: ctx}
-	p.do(
-		chromedp.Navigate(base+"/"),
-		chromedp.WaitVisible(chromedp.CSS("#token-input")),
-		chromedp.SendKeys(chromedp.CSS("#token-input"), opToken),
-		chromedp.Click(chromedp.CSS("#sign-in")),
-	)
+	p := newPage(t)
+	p.signIn(base, opToken, "")
 	row := fmt.Sprintf(`#jobs-table tr[data-id=%q]`, id)
 	p.until("the job in the jobs list", fmt.Sprintf(`!!document.querySelector(%q)`, row+" button"))
 	p.do(chromedp.Click(chromedp.CSS(row + " button")))
@@ -267,7 +261,7 @@ func followInBrowser(t *testing.T, base, id string) string {
 	scrolled, err := p.eval(`(() => { window.scrollTo(0, 0); return true; })()`)
 	require.NoError(t, err)
 	require.True(t, scrolled)
-	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	sctx, cancel := context.WithTimeout(p.ctx, 30*time.Second)
 	defer cancel()
 	png, err := chromedp.Run(sctx, chromedp.CaptureScreenshot())
 	require.NoError(t, err)

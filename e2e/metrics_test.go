@@ -4,8 +4,6 @@ package e2e
 
 import (
 	"bufio"
-	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -17,7 +15,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -25,7 +22,6 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/retry-scheduler/retry-scheduler/internal/service"
 	"github.com/retry-scheduler/retry-scheduler/internal/workflows"
 	"github.com/retry-scheduler/retry-scheduler/message"
 )
@@ -36,23 +32,13 @@ import (
 func TestMetricsAfterScriptedRun(t *testing.T) {
 	s := newStack(t)
 	s.cfg.MetricsInterval = 200 * time.Millisecond
-	logs := &syncBuffer{}
+	logs := &lockedBuffer{}
 	s.runLogged("all", logs)
 	orders := s.queue(s.prefix+".orders", nil)    // e2e-fast: a retry 300 ms after each failure
 	slow := s.queue(s.prefix+".slow-orders", nil) // e2e-slow: 4 s
 	metricsURL := "http://" + s.cfg.HTTPAddr + "/metrics"
 
-	// The consumer of orders fails every "ex-" message again (reporting it as a service
-	// would) and takes the others.
-	s.consume(orders, func(d amqp.Delivery) {
-		if strings.HasPrefix(d.MessageId, "ex-") {
-			n := int(d.Headers["x-retry-count"].(int32))
-			key, _ := d.Headers["x-retry-key"].(string)
-			_ = s.sendRetry(message.RetryMessage{MessageID: d.MessageId, OriginalPayload: d.Body, OriginalQueue: orders,
-				ErrorReason: fmt.Sprintf("503 #%d", n+1), HTTPStatus: 503, RetryCount: n, RetryKey: key, MaxRetries: 2})
-		}
-		_ = d.Ack(false)
-	})
+	s.failExAgain(orders, 2)
 	s.consume(slow, nil)
 	dead := s.consume(s.dlq, nil)
 
@@ -265,6 +251,21 @@ func waitSeries(t *testing.T, url string, want map[string]float64) scraped {
 	return last
 }
 
+// waitMovedBy waits up to 30 s until series key on url is by above its value in before.
+func waitMovedBy(t *testing.T, url string, before scraped, key string, by float64) {
+	t.Helper()
+	eventually(t, 30*time.Second, func() error {
+		m, err := scrape(url)
+		if err != nil {
+			return err
+		}
+		if got := m.value(key) - before.value(key); got != by {
+			return fmt.Errorf("%s moved by %v", key, got)
+		}
+		return nil
+	})
+}
+
 // checkSchedulingLogs: every scheduling action of the run is one JSON line with the message
 // id, the attempt, the next retry time where one is scheduled, and the outcome.
 func checkSchedulingLogs(t *testing.T, out string) {
@@ -324,44 +325,25 @@ func checkSchedulingLogs(t *testing.T, out string) {
 	assert.Len(t, find("delivery dead-lettered", "poison-1", "poison"), 1)
 }
 
+// failExAgain consumes queue as a service would that fails every "ex-" message again,
+// reporting it with maxRetries, and takes the others.
+func (s *stack) failExAgain(queue string, maxRetries int) {
+	s.consume(queue, func(d amqp.Delivery) {
+		if strings.HasPrefix(d.MessageId, "ex-") {
+			n := int(d.Headers["x-retry-count"].(int32))
+			key, _ := d.Headers["x-retry-key"].(string)
+			_ = s.sendRetry(message.RetryMessage{MessageID: d.MessageId, OriginalPayload: d.Body, OriginalQueue: queue,
+				ErrorReason: fmt.Sprintf("503 #%d", n+1), HTTPStatus: 503, RetryCount: n, RetryKey: key, MaxRetries: maxRetries})
+		}
+		_ = d.Ack(false)
+	})
+}
+
 // runLogged is stack.run with the service's JSON logs written to w, at debug: the per-message
 // events (report accepted, retry scheduled, republished, delivered) are debug lines.
 func (s *stack) runLogged(mode string, w io.Writer) {
 	s.t.Helper()
-	cfg := s.cfg
-	cfg.Mode = mode
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
-		done <- service.Run(ctx, cfg, slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: slog.LevelDebug})))
-	}()
-	s.t.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-done:
-			require.NoError(s.t, err)
-		case <-time.After(45 * time.Second):
-			s.t.Error("service did not stop within 45s")
-		}
-	})
-	s.waitReady(cfg)
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
+	s.runWithLogger(mode, slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: slog.LevelDebug})))
 }
 
 // scraped is one /metrics page: samples by series key, and families' types.

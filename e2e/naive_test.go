@@ -77,16 +77,7 @@ func TestNaiveConsumerEndsDeadLettered(t *testing.T) {
 	require.Equal(t, 1, st.DuplicateReports)
 	require.Equal(t, workflows.SetAsideDead, st.LastSetAside.Reason)
 	key := series("reports_set_aside_total", "queue", orders, "reason", workflows.SetAsideDead)
-	eventually(t, 30*time.Second, func() error {
-		m, err := scrape(metricsURL)
-		if err != nil {
-			return err
-		}
-		if got := m.value(key) - before.value(key); got != 1 {
-			return fmt.Errorf("%s moved by %v", key, got)
-		}
-		return nil
-	})
+	waitMovedBy(t, metricsURL, before, key, 1)
 	item := api.must(200, viewerToken, "GET", msgPath(id), nil)
 	state := item["state"].(map[string]any)
 	require.EqualValues(t, 1, state["duplicate_reports"])
@@ -98,21 +89,12 @@ func TestNaiveConsumerEndsDeadLettered(t *testing.T) {
 
 // The ops page's details of an item show the reports it set aside.
 func TestOpsPageShowsReportsSetAside(t *testing.T) {
-	ctx := browser(t)
+	p := newPage(t)
 	s := newStack(t)
 	api := s.runWithOps()
 	q := s.queue(s.prefix+".orders", nil)
 	id := s.dead(q, "", "aside-1")[0]
-	eventually(t, 30*time.Second, func() error {
-		st, err := s.state(id)
-		if err != nil {
-			return err
-		}
-		if st.Status != workflows.StatusDead {
-			return fmt.Errorf("status %s", st.Status)
-		}
-		return nil
-	})
+	s.waitQueriedStatus(t, id, workflows.StatusDead, 30*time.Second)
 	s.publishRetry(message.RetryMessage{MessageID: "aside-1", OriginalPayload: []byte("p"), OriginalQueue: q,
 		ErrorReason: "still failing"})
 	eventually(t, 30*time.Second, func() error {
@@ -126,14 +108,7 @@ func TestOpsPageShowsReportsSetAside(t *testing.T) {
 		return nil
 	})
 
-	p := &pageDriver{t: t, ctx: ctx}
-	p.do(
-		chromedp.Navigate(api.base+"/"),
-		chromedp.WaitVisible(chromedp.CSS("#token-input")),
-		chromedp.SendKeys(chromedp.CSS("#token-input"), viewerToken),
-		chromedp.Click(chromedp.CSS("#sign-in")),
-		chromedp.WaitVisible(chromedp.CSS("#app")),
-	)
+	p.signIn(api.base, viewerToken, "#app")
 	p.until("dead letter "+id, rowExpr("#dl-table", id))
 	p.do(chromedp.Click(chromedp.CSS(rowSel("#dl-table", id) + ` td.actions button:nth-child(1)`)))
 	p.until("the details dialog", `document.querySelector("#detail").open`)

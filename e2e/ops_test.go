@@ -261,13 +261,7 @@ func TestOpsAPI(t *testing.T) {
 			assert.Contains(t, out["error"], tt.contains, "%s %s", tt.method, tt.path)
 		}
 		// Retrying a delivered message is refused, naming its status.
-		eventually(t, 30*time.Second, func() error {
-			st, err := s.state(delivered)
-			if err == nil && st.Status != workflows.StatusDelivered {
-				err = fmt.Errorf("status %s", st.Status)
-			}
-			return err
-		})
+		s.waitQueriedStatus(t, delivered, workflows.StatusDelivered, 30*time.Second)
 		out := api.must(409, opToken, "POST", msgPath(delivered)+"/retry", nil)
 		assert.Equal(t, "delivered", out["current_status"])
 		assert.Contains(t, out["error"], "is delivered")

@@ -30,12 +30,7 @@ func (s *stack) waitingRetries(queue string, ids ...string) []string {
 		wids = append(wids, message.WorkflowID(queue, id))
 	}
 	for _, id := range wids {
-		eventually(s.t, 30*time.Second, func() error {
-			if st := s.retryStatus(id); st != workflows.StatusScheduled {
-				return fmt.Errorf("%s is %q, want scheduled", id, st)
-			}
-			return nil
-		})
+		s.waitRetryStatus(id, workflows.StatusScheduled, 30*time.Second)
 	}
 	return wids
 }
@@ -47,6 +42,22 @@ func (s *stack) reportsBack(queue string) (*consumer, func() error) {
 		return message.RetryMessage{MessageID: d.MessageId, OriginalPayload: d.Body, OriginalQueue: queue,
 			ErrorReason: fmt.Sprintf("still 503 after retry #%d", n), ErrorCategory: "transient", RetryCount: n, RetryKey: key}
 	})
+}
+
+// outcomeQueues are the two queues of the outcome tests: ok's consumer takes every retry,
+// bad's reports every retry failed again (reportErr is reportsBack's).
+type outcomeQueues struct {
+	ok, bad   string
+	okC, badC *consumer
+	reportErr func() error
+}
+
+func (s *stack) outcomeQueues() outcomeQueues {
+	s.t.Helper()
+	q := outcomeQueues{ok: s.queue(s.prefix+".wait-ok", nil), bad: s.queue(s.prefix+".wait-bad", nil)}
+	q.okC = s.consume(q.ok, nil)
+	q.badC, q.reportErr = s.reportsBack(q.bad)
+	return q
 }
 
 func TestRetryNowOutcomeDelivered(t *testing.T) {
@@ -99,25 +110,22 @@ func TestRetryNowOutcomeFailedAgain(t *testing.T) {
 func TestBulkRetryCountsOutcomes(t *testing.T) {
 	s := newStack(t)
 	api := s.runWithOps()
-	okQ := s.queue(s.prefix+".wait-ok", nil)
-	badQ := s.queue(s.prefix+".wait-bad", nil)
-	okC := s.consume(okQ, nil)
-	badC, reportErr := s.reportsBack(badQ)
+	q := s.outcomeQueues()
 	var ok, bad []string
 	for i := range 10 {
 		ok = append(ok, fmt.Sprintf("ok-%02d", i))
 		bad = append(bad, fmt.Sprintf("bad-%02d", i))
 	}
-	ids := append(s.waitingRetries(okQ, ok...), s.waitingRetries(badQ, bad...)...)
+	ids := append(s.waitingRetries(q.ok, ok...), s.waitingRetries(q.bad, bad...)...)
 	require.Len(t, ids, 20)
 
 	out := api.must(200, opToken, "POST", "/api/retry-queue/bulk-retry?wait=30s", map[string]any{"ids": ids, "reason": "api back"})
-	require.NoError(t, reportErr())
+	require.NoError(t, q.reportErr())
 	assert.EqualValues(t, 20, out["succeeded"], "%v", out)
 	assert.EqualValues(t, 0, out["failed"], "%v", out)
 	assert.Equal(t, map[string]any{"succeeded": 10.0, "failed_again": 10.0, "dead": 0.0, "closed": 0.0, "pending": 0.0}, out["outcomes"])
-	assert.Len(t, okC.all(), 10)
-	assert.Len(t, badC.all(), 10)
+	assert.Len(t, q.okC.all(), 10)
+	assert.Len(t, q.badC.all(), 10)
 	for _, id := range ids[:10] {
 		assert.Equal(t, workflows.StatusDelivered, s.retryStatus(id), id)
 	}
@@ -125,23 +133,13 @@ func TestBulkRetryCountsOutcomes(t *testing.T) {
 
 // The page's Retry now waits for the outcome and says it: Retry successful, or the failure.
 func TestOpsBrowserRetryNowShowsTheOutcome(t *testing.T) {
-	ctx := browser(t)
+	p := newPage(t)
 	s := newStack(t)
 	api := s.runWithOps()
-	okQ := s.queue(s.prefix+".wait-ok", nil)
-	badQ := s.queue(s.prefix+".wait-bad", nil)
-	s.consume(okQ, nil)
-	_, reportErr := s.reportsBack(badQ)
-	fine := s.waitingRetries(okQ, "fine")[0]
-	broken := s.waitingRetries(badQ, "broken")[0]
-	p := &pageDriver{t: t, ctx: ctx}
-	p.do(
-		chromedp.Navigate(api.base+"/"),
-		chromedp.WaitVisible(chromedp.CSS("#token-input")),
-		chromedp.SendKeys(chromedp.CSS("#token-input"), opToken),
-		chromedp.Click(chromedp.CSS("#sign-in")),
-		chromedp.WaitVisible(chromedp.CSS("#rq-table")),
-	)
+	q := s.outcomeQueues()
+	fine := s.waitingRetries(q.ok, "fine")[0]
+	broken := s.waitingRetries(q.bad, "broken")[0]
+	p.signIn(api.base, opToken, "#rq-table")
 	retryNow := func(id string) {
 		t.Helper()
 		p.until("scheduled retry "+id, rowExpr("#rq-table", id))
@@ -157,7 +155,7 @@ func TestOpsBrowserRetryNowShowsTheOutcome(t *testing.T) {
 	assert.Equal(t, "Retried "+broken+": Failed again: still 503 after retry #1 (transient).", p.text("#progress"))
 
 	// Retry selected: the job's outcomes show as they settle.
-	many := append(s.waitingRetries(okQ, "fine-2"), s.waitingRetries(badQ, "broken-2")...)
+	many := append(s.waitingRetries(q.ok, "fine-2"), s.waitingRetries(q.bad, "broken-2")...)
 	for _, id := range many {
 		p.until("scheduled retry "+id, rowExpr("#rq-table", id))
 	}
@@ -167,7 +165,7 @@ func TestOpsBrowserRetryNowShowsTheOutcome(t *testing.T) {
 	p.do(chromedp.Click(chromedp.CSS("#rq-bulk-retry")))
 	p.until("the bulk retry's outcomes", `document.querySelector("#job-outcomes").textContent.includes("0 pending")`)
 	assert.Equal(t, "Outcomes: 1 delivered, 1 failed again, 0 pending.", p.text("#job-outcomes"))
-	require.NoError(t, reportErr())
+	require.NoError(t, q.reportErr())
 }
 
 // A bulk retry job counts signals sent as it goes; GET /api/jobs/{id} adds how the retried
@@ -175,18 +173,10 @@ func TestOpsBrowserRetryNowShowsTheOutcome(t *testing.T) {
 func TestBulkRetryJobCountsOutcomes(t *testing.T) {
 	s := newStack(t)
 	api := s.runWithOps()
-	okQ := s.queue(s.prefix+".wait-ok", nil)
-	badQ := s.queue(s.prefix+".wait-bad", nil)
-	s.consume(okQ, nil)
-	_, reportErr := s.reportsBack(badQ)
-	ids := append(s.waitingRetries(okQ, "ok-1", "ok-2", "ok-3"), s.waitingRetries(badQ, "bad-1", "bad-2")...)
-	refused := s.dead(okQ, "", "dead-1")[0]
-	eventually(t, 30*time.Second, func() error {
-		if st := s.retryStatus(refused); st != workflows.StatusDead {
-			return fmt.Errorf("%s is %q, want dead", refused, st)
-		}
-		return nil
-	})
+	q := s.outcomeQueues()
+	ids := append(s.waitingRetries(q.ok, "ok-1", "ok-2", "ok-3"), s.waitingRetries(q.bad, "bad-1", "bad-2")...)
+	refused := s.dead(q.ok, "", "dead-1")[0]
+	s.waitRetryStatus(refused, workflows.StatusDead, 30*time.Second)
 
 	job := api.waitJob(opToken, api.must(202, opToken, "POST", "/api/retry-queue/bulk-retry",
 		map[string]any{"ids": append(ids, refused), "reason": "api back"}))
@@ -201,5 +191,5 @@ func TestBulkRetryJobCountsOutcomes(t *testing.T) {
 		}
 		return nil
 	})
-	require.NoError(t, reportErr())
+	require.NoError(t, q.reportErr())
 }

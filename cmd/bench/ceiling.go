@@ -128,11 +128,7 @@ func runCeiling(ctx context.Context, c options, env *environment) ([]step, error
 		engine.stop(ctx)
 		t.fill(&s, start, end)
 		s.Engine = engine.work(s.Completed)
-		var sample []sampledWorkflow
-		for _, seq := range spread(t.completedSeqs(), historySample) {
-			sample = append(sample, sampledWorkflow{id: probeWorkflowID(name, seq, env.prefix), retries: 1, runs: 1})
-		}
-		s.Engine.addHistory(ctx, srv, sample)
+		s.Engine.addHistory(ctx, srv, t.sample(func(seq int) string { return probeWorkflowID(name, seq, env.prefix) }))
 		perRetry(&s)
 		judge(&s, c)
 		env.progress(s)

@@ -209,27 +209,12 @@ func waitFor(ctx context.Context, delay, idle, limit time.Duration, done func() 
 func (t *tracker) fill(s *step, start, end time.Time) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	s.Seconds = round(end.Sub(start).Seconds())
-	s.Sent = len(t.sent)
+	countSends(s, t.sent, start, end)
 	s.SendErrors = int(t.errors.Load())
-	var lastSent time.Time
-	for _, at := range t.sent {
-		if at.After(lastSent) {
-			lastSent = at
-		}
-	}
-	if lastSent.After(start) {
-		s.SendRate = round(float64(s.Sent) / lastSent.Sub(start).Seconds())
-	}
-	window := end.Sub(start)
-	from, to := start.Add(t.delay), start.Add(t.delay+window)
 	var all, during, after []time.Duration
-	var inWindow int
-	var lastArrival, lastDue time.Time
+	fs := newFirsts(start, end, t.delay)
 	for seq, at := range t.sent {
-		if due := at.Add(t.delayOf(seq)); due.After(lastDue) {
-			lastDue = due
-		}
+		fs.due(at.Add(t.delayOf(seq)))
 	}
 	for seq, arrivals := range t.got {
 		sentAt, ok := t.sent[seq]
@@ -238,67 +223,144 @@ func (t *tracker) fill(s *step, start, end time.Time) {
 			continue
 		}
 		first := arrivals[0]
-		for _, a := range arrivals[1:] {
-			if a.key == first.key {
-				s.DuplicatesSameKey++
-			} else {
-				s.DuplicatesOtherKey++
-			}
-		}
+		countDuplicates(s, arrivals)
 		s.Completed++
 		due := sentAt.Add(t.delayOf(seq))
 		late := first.at.Sub(due)
 		all = append(all, late)
-		if sec := int(sentAt.Sub(start) / time.Second); sec >= 0 {
-			for len(s.MaxBySecond) <= sec {
-				s.MaxBySecond = append(s.MaxBySecond, 0)
-			}
-			s.MaxBySecond[sec] = max(s.MaxBySecond[sec], ms(late))
-		}
+		s.worstBySecond(int(sentAt.Sub(start)/time.Second), late)
 		if first.at.After(end.Add(t.delay)) {
 			after = append(after, late)
 		} else {
 			during = append(during, late)
 		}
-		if !first.at.Before(from) && !first.at.After(to) {
-			inWindow++
-		}
-		if first.at.After(lastArrival) {
-			lastArrival = first.at
-		}
+		fs.arrived(first.at)
 	}
 	s.Lost = s.Sent - s.Completed
-	if window > 0 {
-		s.Throughput = round(float64(inWindow) / window.Seconds())
-	}
 	s.Lateness = summarize(all)
 	d, a := summarize(during), summarize(after)
 	s.LatenessDuring, s.LatenessAfter = &d, &a
-	if span := lastArrival.Sub(from).Seconds(); span > 0 {
+	fs.rates(s)
+	fs.drain(s)
+}
+
+// countSends sets s's length, sent count and send rate from the send times of load that ran
+// from start to end.
+func countSends(s *step, sent map[int]time.Time, start, end time.Time) {
+	s.Seconds = round(end.Sub(start).Seconds())
+	s.Sent = len(sent)
+	var lastSent time.Time
+	for _, at := range sent {
+		if at.After(lastSent) {
+			lastSent = at
+		}
+	}
+	if lastSent.After(start) {
+		s.SendRate = round(float64(s.Sent) / lastSent.Sub(start).Seconds())
+	}
+}
+
+// countDuplicates counts the deliveries after the first of one message (or retry) in s, by
+// whether they carry the first one's key.
+func countDuplicates(s *step, arrivals []arrival) {
+	for _, a := range arrivals[1:] {
+		if a.key == arrivals[0].key {
+			s.DuplicatesSameKey++
+		} else {
+			s.DuplicatesOtherKey++
+		}
+	}
+}
+
+// worstBySecond raises s.MaxBySecond[sec] to late; a negative sec is left out.
+func (s *step) worstBySecond(sec int, late time.Duration) {
+	if sec < 0 {
+		return
+	}
+	for len(s.MaxBySecond) <= sec {
+		s.MaxBySecond = append(s.MaxBySecond, 0)
+	}
+	s.MaxBySecond[sec] = max(s.MaxBySecond[sec], ms(late))
+}
+
+// firsts tallies a step's completions for its throughput, served rate and drain: the load ran
+// from start to end, and its results fall due delay later, in [from, to].
+type firsts struct {
+	from, to time.Time
+	inWindow int
+	// last is the latest completion; lastDue the latest due time.
+	last, lastDue time.Time
+}
+
+func newFirsts(start, end time.Time, delay time.Duration) *firsts {
+	return &firsts{from: start.Add(delay), to: end.Add(delay)}
+}
+
+// arrived records a completion at at.
+func (f *firsts) arrived(at time.Time) {
+	if !at.Before(f.from) && !at.After(f.to) {
+		f.inWindow++
+	}
+	f.ended(at)
+}
+
+// ended records a message's end that is no completion (a dead letter): it only moves the
+// drain's end.
+func (f *firsts) ended(at time.Time) {
+	if at.After(f.last) {
+		f.last = at
+	}
+}
+
+// due records a result's due time.
+func (f *firsts) due(at time.Time) {
+	if at.After(f.lastDue) {
+		f.lastDue = at
+	}
+}
+
+// rates sets s's throughput (completions inside the window per second of load) and served
+// rate (s.Completed per second from the first due time to the last completion).
+func (f *firsts) rates(s *step) {
+	if window := f.to.Sub(f.from); window > 0 {
+		s.Throughput = round(float64(f.inWindow) / window.Seconds())
+	}
+	if span := f.last.Sub(f.from).Seconds(); span > 0 {
 		s.ServedRate = round(float64(s.Completed) / span)
 	}
-	if !lastDue.IsZero() {
-		s.DrainSeconds = round(max(0, lastArrival.Sub(lastDue).Seconds()))
+}
+
+// drain sets s.DrainSeconds: how long past the last due time the last end came.
+func (f *firsts) drain(s *step) {
+	if !f.lastDue.IsZero() {
+		s.DrainSeconds = round(max(0, f.last.Sub(f.lastDue).Seconds()))
 	}
 }
 
 // judge sets s.Pass and s.Why against the targets.
 func judge(s *step, c options) {
+	decide(s, []check{
+		{s.Lateness.P99 > ms(c.P99Target), "p99 over target"},
+		{s.Throughput < c.KeepUp*float64(s.Rate), "fell behind"},
+		{s.Lost > 0, "lost"},
+		{s.DuplicatesOtherKey > 0, "duplicate with another key"},
+		{s.SendErrors > 0, "send errors"},
+	})
+}
+
+// check is one condition of a step's verdict: failed, and the words s.Why gives it.
+type check struct {
+	failed bool
+	why    string
+}
+
+// decide sets s.Pass (no check failed) and s.Why (the failed checks, in order).
+func decide(s *step, checks []check) {
 	var why []string
-	if s.Lateness.P99 > ms(c.P99Target) {
-		why = append(why, "p99 over target")
-	}
-	if s.Throughput < c.KeepUp*float64(s.Rate) {
-		why = append(why, "fell behind")
-	}
-	if s.Lost > 0 {
-		why = append(why, "lost")
-	}
-	if s.DuplicatesOtherKey > 0 {
-		why = append(why, "duplicate with another key")
-	}
-	if s.SendErrors > 0 {
-		why = append(why, "send errors")
+	for _, c := range checks {
+		if c.failed {
+			why = append(why, c.why)
+		}
 	}
 	s.Pass = len(why) == 0
 	s.Why = strings.Join(why, ", ")
@@ -328,13 +390,28 @@ func (t *tracker) completedSeqs() []int {
 	return out
 }
 
+// sample is an even spread of the completed messages' workflows for the engine's history
+// figures, each retried once in one run; id names message seq's workflow.
+func (t *tracker) sample(id func(seq int) string) []sampledWorkflow {
+	var out []sampledWorkflow
+	for _, seq := range spread(t.completedSeqs(), historySample) {
+		out = append(out, sampledWorkflow{id: id(seq), retries: 1, runs: 1})
+	}
+	return out
+}
+
 // missing returns up to n sequence numbers that were sent and never came back, lowest first.
 func (t *tracker) missing(n int) []int {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	return lowestSent(t.sent, n, func(seq int) bool { return len(t.got[seq]) == 0 })
+}
+
+// lowestSent returns up to n of the sequence numbers in sent that keep holds for, lowest first.
+func lowestSent(sent map[int]time.Time, n int, keep func(seq int) bool) []int {
 	var out []int
-	for seq := range t.sent {
-		if len(t.got[seq]) == 0 {
+	for seq := range sent {
+		if keep(seq) {
 			out = append(out, seq)
 		}
 	}

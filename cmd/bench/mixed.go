@@ -237,14 +237,7 @@ func (t *mixedTracker) waitAll(ctx context.Context, idle, limit time.Duration) {
 func (t *mixedTracker) notEnded(n int) []int {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	var out []int
-	for seq := range t.sent {
-		if !t.ended[seq] {
-			out = append(out, seq)
-		}
-	}
-	slices.Sort(out)
-	return out[:min(n, len(out))]
+	return lowestSent(t.sent, n, func(seq int) bool { return !t.ended[seq] })
 }
 
 // endedProperly returns the messages of fate f that ended as they should: their last retry
@@ -326,26 +319,15 @@ func (t *mixedTracker) fill(s *step, start, end time.Time, quietWindow time.Dura
 		ReportErrors: t.reportErrors, Strays: t.strays, Reports: len(t.reports),
 		LateReportAfterMs: ms(fateRefailLate.reportAfter(quietWindow)),
 	}
-	s.Seconds = round(end.Sub(start).Seconds())
-	s.Sent = len(t.sent)
+	countSends(s, t.sent, start, end)
 	s.SendErrors = t.sendErrors
-	var lastSent time.Time
-	for seq, at := range t.sent {
+	for seq := range t.sent {
 		m.Fates[fateOf(seq).String()]++
-		if at.After(lastSent) {
-			lastSent = at
-		}
-	}
-	if lastSent.After(start) {
-		s.SendRate = round(float64(s.Sent) / lastSent.Sub(start).Seconds())
 	}
 
-	window := end.Sub(start)
-	from, to := start.Add(t.delay), start.Add(t.delay+window)
 	var all []time.Duration
 	byKind := map[string][]time.Duration{}
-	var inWindow int
-	var lastArrival, lastDue time.Time
+	fs := newFirsts(start, end, t.delay)
 	for k, arrivals := range t.got {
 		sentAt, ok := t.sent[k.seq]
 		if !ok {
@@ -354,13 +336,7 @@ func (t *mixedTracker) fill(s *step, start, end time.Time, quietWindow time.Dura
 		}
 		f := fateOf(k.seq)
 		firstAt := arrivals[0]
-		for _, a := range arrivals[1:] {
-			if a.key == firstAt.key {
-				s.DuplicatesSameKey++
-			} else {
-				s.DuplicatesOtherKey++
-			}
-		}
+		countDuplicates(s, arrivals)
 		if k.n < 1 || k.n > f.retries() {
 			m.UnexpectedRetries++
 			continue
@@ -380,32 +356,15 @@ func (t *mixedTracker) fill(s *step, start, end time.Time, quietWindow time.Dura
 		late := firstAt.at.Sub(due)
 		all = append(all, late)
 		byKind[kind] = append(byKind[kind], late)
-		if sec := int(due.Sub(start.Add(t.delay)) / time.Second); sec >= 0 {
-			for len(s.MaxBySecond) <= sec {
-				s.MaxBySecond = append(s.MaxBySecond, 0)
-			}
-			s.MaxBySecond[sec] = max(s.MaxBySecond[sec], ms(late))
-		}
-		if !firstAt.at.Before(from) && !firstAt.at.After(to) {
-			inWindow++
-		}
-		if firstAt.at.After(lastArrival) {
-			lastArrival = firstAt.at
-		}
-		if due.After(lastDue) {
-			lastDue = due
-		}
+		s.worstBySecond(int(due.Sub(start.Add(t.delay))/time.Second), late)
+		fs.arrived(firstAt.at)
+		fs.due(due)
 	}
 	s.Lateness = summarize(all)
 	for kind, ds := range byKind {
 		m.Lateness[kind] = summarize(ds)
 	}
-	if window > 0 {
-		s.Throughput = round(float64(inWindow) / window.Seconds())
-	}
-	if span := lastArrival.Sub(from).Seconds(); span > 0 {
-		s.ServedRate = round(float64(s.Completed) / span)
-	}
+	fs.rates(s)
 
 	for seq, letters := range t.dead {
 		s.DeadLettered += len(letters)
@@ -423,14 +382,10 @@ func (t *mixedTracker) fill(s *step, start, end time.Time, quietWindow time.Dura
 			m.DeadWrongReason++
 		}
 		for _, d := range letters {
-			if d.at.After(lastArrival) {
-				lastArrival = d.at
-			}
+			fs.ended(d.at)
 		}
 	}
-	if !lastDue.IsZero() {
-		s.DrainSeconds = round(max(0, lastArrival.Sub(lastDue).Seconds()))
-	}
+	fs.drain(s)
 
 	for seq := range t.sent {
 		f := fateOf(seq)
@@ -459,35 +414,20 @@ func (t *mixedTracker) fill(s *step, start, end time.Time, quietWindow time.Dura
 // retry within the mixed target and every message accounted for. Throughput is reported, not
 // judged: the phase offers more retries than messages.
 func judgeMixed(s *step, m *mixedStats, c options) {
-	var why []string
+	var checks []check
 	for _, kind := range retryKinds {
-		if l, ok := m.Lateness[kind]; ok && l.P99 > ms(c.MixedP99Target) {
-			why = append(why, "p99 over target ("+kind+")")
-		}
+		l, ok := m.Lateness[kind]
+		checks = append(checks, check{ok && l.P99 > ms(c.MixedP99Target), "p99 over target (" + kind + ")"})
 	}
-	if s.Lost > 0 {
-		why = append(why, "lost")
-	}
-	if m.DeadUnexpected > 0 {
-		why = append(why, "dead-lettered")
-	}
-	if m.DeadWrongReason > 0 {
-		why = append(why, "dead-lettered not as exhausted")
-	}
-	if m.MissingRetries > 0 {
-		why = append(why, "retries missing")
-	}
-	if m.UnexpectedRetries > 0 {
-		why = append(why, "unexpected retries")
-	}
-	if s.DuplicatesOtherKey > 0 {
-		why = append(why, "duplicate with another key")
-	}
-	if s.SendErrors > 0 || m.ReportErrors > 0 {
-		why = append(why, "send errors")
-	}
-	s.Pass = len(why) == 0
-	s.Why = strings.Join(why, ", ")
+	decide(s, append(checks, []check{
+		{s.Lost > 0, "lost"},
+		{m.DeadUnexpected > 0, "dead-lettered"},
+		{m.DeadWrongReason > 0, "dead-lettered not as exhausted"},
+		{m.MissingRetries > 0, "retries missing"},
+		{m.UnexpectedRetries > 0, "unexpected retries"},
+		{s.DuplicatesOtherKey > 0, "duplicate with another key"},
+		{s.SendErrors > 0 || m.ReportErrors > 0, "send errors"},
+	}...))
 }
 
 // failure is a delivery the mixed phase's consumer fails, to be reported back.
@@ -580,21 +520,9 @@ func (p *pipeline) runMixed(ctx context.Context, phase, name, original string, l
 		return step{}, err
 	}
 
-	cpu := p.cpuMeter()
-	defer cpu.close()
-	engine := newEngineMeter(ctx, p.srv.metricsURL)
-	opens := breakerOpens(ctx, p.workerHTTP)
-	start, end := pace(ctx, l.rate, l.duration, p.c.Publishers, func(ctx context.Context, seq int) {
-		p.send(ctx, original, name, seq, t)
-	})
 	// A message's last retry can come up to (quiet window + 1 s + delay) × its failures after
 	// its first: the drain limit is counted from the end of the load as for the other phases.
-	t.waitAll(ctx, p.c.DrainTimeout, p.c.Delays.nominal()+p.c.DrainLimit)
-	sleep(ctx, p.c.QuietWindow+time.Second)
-
-	s := step{Phase: phase, Rate: l.rate, PeakIngressBacklog: backlog.get(), BreakerOpens: p.opensSince(ctx, opens)}
-	cpu.record(&s)
-	engine.stop(ctx)
+	s, start, end, engine := p.offer(ctx, phase, name, original, l, t, backlog)
 	m := t.fill(&s, start, end, p.c.QuietWindow)
 	s.Mixed = m
 	s.Engine = engine.work(s.Completed)
@@ -680,23 +608,6 @@ func seqOf(messageID, name string) (int, bool) {
 // headerInt reads an integer AMQP header (the table decodes it by its wire width); 0 when
 // absent or not an integer.
 func headerInt(v any) int {
-	switch n := v.(type) {
-	case int8:
-		return int(n)
-	case int16:
-		return int(n)
-	case int32:
-		return int(n)
-	case int64:
-		return int(n)
-	case int:
-		return n
-	case uint8:
-		return int(n)
-	case uint16:
-		return int(n)
-	case uint32:
-		return int(n)
-	}
-	return 0
+	n, _ := message.HeaderInt64(v)
+	return int(n)
 }

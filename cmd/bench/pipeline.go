@@ -207,26 +207,12 @@ func (p *pipeline) run(ctx context.Context, phase string, i int, l load) (step, 
 		return step{}, err
 	}
 
-	cpu := p.cpuMeter()
-	defer cpu.close()
-	engine := newEngineMeter(ctx, p.srv.metricsURL)
-	opens := breakerOpens(ctx, p.workerHTTP)
-	start, end := pace(ctx, l.rate, l.duration, p.c.Publishers, func(ctx context.Context, seq int) {
-		p.send(ctx, original, name, seq, t)
-	})
-	t.waitAll(ctx, p.c.DrainTimeout, p.c.Delays.nominal()+p.c.DrainLimit)
-	sleep(ctx, p.c.QuietWindow+time.Second)
-
-	s := step{Phase: phase, Rate: l.rate, PeakIngressBacklog: backlog.get(), BreakerOpens: p.opensSince(ctx, opens)}
-	cpu.record(&s)
-	engine.stop(ctx)
+	s, start, end, engine := p.offer(ctx, phase, name, original, l, t, backlog)
 	t.fill(&s, start, end)
 	s.Engine = engine.work(s.Completed)
-	var sample []sampledWorkflow
-	for _, seq := range spread(t.completedSeqs(), historySample) {
-		sample = append(sample, sampledWorkflow{id: message.WorkflowID(original, name+"-"+strconv.Itoa(seq)), retries: 1, runs: 1})
-	}
-	s.Engine.addHistory(ctx, p.srv, sample)
+	s.Engine.addHistory(ctx, p.srv, t.sample(func(seq int) string {
+		return message.WorkflowID(original, name+"-"+strconv.Itoa(seq))
+	}))
 	s.DeadLettered = purge(p.bcfg, p.dlq)
 	if s.Lost > 0 {
 		s.Missing = p.explain(ctx, original, name, t.missing(5))
@@ -240,6 +226,33 @@ func (p *pipeline) run(ctx context.Context, phase string, i int, l load) (step, 
 		s.Why = joinWhy(s.Why, "dead-lettered")
 	}
 	return s, nil
+}
+
+// loadTracker is what offer needs of a phase's tracker.
+type loadTracker interface {
+	sendRecorder
+	waitAll(ctx context.Context, idle, limit time.Duration)
+}
+
+// offer publishes load l to original at its rate, waits for the messages to end (at most the
+// drain wait, counted from the end of the load), then for the quiet window so that the
+// workflows' last task is in the CPU figures. It returns the step with its CPU, backlog and
+// breaker figures, when the load started and ended, and the stopped engine meter.
+func (p *pipeline) offer(ctx context.Context, phase, name, original string, l load, t loadTracker, backlog *peak) (s step, start, end time.Time, engine *engineMeter) {
+	cpu := p.cpuMeter()
+	defer cpu.close()
+	engine = newEngineMeter(ctx, p.srv.metricsURL)
+	opens := breakerOpens(ctx, p.workerHTTP)
+	start, end = pace(ctx, l.rate, l.duration, p.c.Publishers, func(ctx context.Context, seq int) {
+		p.send(ctx, original, name, seq, t)
+	})
+	t.waitAll(ctx, p.c.DrainTimeout, p.c.Delays.nominal()+p.c.DrainLimit)
+	sleep(ctx, p.c.QuietWindow+time.Second)
+
+	s = step{Phase: phase, Rate: l.rate, PeakIngressBacklog: backlog.get(), BreakerOpens: p.opensSince(ctx, opens)}
+	cpu.record(&s)
+	engine.stop(ctx)
+	return s, start, end, engine
 }
 
 // opensSince is how many times the breakers opened since a count of before (-1: unknown).

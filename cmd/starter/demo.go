@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"hash/fnv"
 	"io"
@@ -13,7 +12,6 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
-	"github.com/retry-scheduler/retry-scheduler/internal/bridge"
 	"github.com/retry-scheduler/retry-scheduler/internal/broker"
 	"github.com/retry-scheduler/retry-scheduler/message"
 )
@@ -39,10 +37,7 @@ type demoOptions struct {
 // the service's environment variables.
 func parseDemo(args []string, stderr io.Writer) (demoOptions, error) {
 	o := demoOptions{orders: demoOrders, payments: demoPayments}
-	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.StringVar(&o.url, "rabbitmq-url", envOr("RABBITMQ_URL", broker.DefaultURL), "broker URL (env RABBITMQ_URL)")
-	fs.StringVar(&o.ingress, "queue", envOr("RETRY_QUEUE", bridge.DefaultQueue), "ingress queue (env RETRY_QUEUE)")
+	fs := brokerFlags("demo", stderr, &o.url, &o.ingress)
 	fs.IntVar(&o.count, "n", 20, "messages to produce")
 	fs.DurationVar(&o.every, "every", 500*time.Millisecond, "time between produced messages")
 	fs.DurationVar(&o.duration, "duration", 90*time.Second, "how long to run the consumer")

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -11,7 +10,6 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
-	"github.com/retry-scheduler/retry-scheduler/internal/bridge"
 	"github.com/retry-scheduler/retry-scheduler/internal/broker"
 	"github.com/retry-scheduler/retry-scheduler/message"
 )
@@ -26,10 +24,7 @@ type injectOptions struct {
 // from the service's environment variables.
 func parseInject(args []string, stderr io.Writer) (injectOptions, error) {
 	var o injectOptions
-	fs := flag.NewFlagSet("inject", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.StringVar(&o.url, "rabbitmq-url", envOr("RABBITMQ_URL", broker.DefaultURL), "broker URL (env RABBITMQ_URL)")
-	fs.StringVar(&o.ingress, "queue", envOr("RETRY_QUEUE", bridge.DefaultQueue), "ingress queue (env RETRY_QUEUE)")
+	fs := brokerFlags("inject", stderr, &o.url, &o.ingress)
 	m := &o.msg
 	payload := fs.String("payload", `{"hello":"world"}`, "original payload")
 	fs.StringVar(&m.MessageID, "id", fmt.Sprintf("manual-%d", time.Now().UnixNano()), "message id")

@@ -16,6 +16,9 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/retry-scheduler/retry-scheduler/internal/bridge"
+	"github.com/retry-scheduler/retry-scheduler/internal/broker"
 )
 
 func main() {
@@ -72,6 +75,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, logger *s
 
 func usage(w io.Writer) {
 	fmt.Fprintln(w, "usage: starter inject [flags] | starter demo [flags]   (-h for flags)")
+}
+
+// brokerFlags is subcommand name's flag set with the flags every subcommand takes: the broker
+// URL and the ingress queue, whose defaults come from the service's environment variables.
+func brokerFlags(name string, stderr io.Writer, url, ingress *string) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(url, "rabbitmq-url", envOr("RABBITMQ_URL", broker.DefaultURL), "broker URL (env RABBITMQ_URL)")
+	fs.StringVar(ingress, "queue", envOr("RETRY_QUEUE", bridge.DefaultQueue), "ingress queue (env RETRY_QUEUE)")
+	return fs
 }
 
 // parseFlags parses args into fs, its errors (the flag package has printed them, with the

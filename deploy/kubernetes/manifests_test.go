@@ -217,6 +217,35 @@ func render(t *testing.T, kubectl, dir string) *objects {
 	return o
 }
 
+// decoders decode a document of each apiVersion and kind the manifests use into its list in
+// an objects.
+var decoders = map[string]func(o *objects, strict func(any) bool) metav1.ObjectMeta{
+	"v1, Kind=ServiceAccount":                       func(o *objects, strict func(any) bool) metav1.ObjectMeta { return decodeAs(strict, &o.serviceAccounts) },
+	"v1, Kind=ConfigMap":                            func(o *objects, strict func(any) bool) metav1.ObjectMeta { return decodeAs(strict, &o.configMaps) },
+	"v1, Kind=Service":                              func(o *objects, strict func(any) bool) metav1.ObjectMeta { return decodeAs(strict, &o.services) },
+	"apps/v1, Kind=Deployment":                      func(o *objects, strict func(any) bool) metav1.ObjectMeta { return decodeAs(strict, &o.deployments) },
+	"policy/v1, Kind=PodDisruptionBudget":           func(o *objects, strict func(any) bool) metav1.ObjectMeta { return decodeAs(strict, &o.pdbs) },
+	"autoscaling/v2, Kind=HorizontalPodAutoscaler":  func(o *objects, strict func(any) bool) metav1.ObjectMeta { return decodeAs(strict, &o.hpas) },
+	"keda.sh/v1alpha1, Kind=ScaledObject":           func(o *objects, strict func(any) bool) metav1.ObjectMeta { return decodeAs(strict, &o.scaledObjects) },
+	"keda.sh/v1alpha1, Kind=TriggerAuthentication":  func(o *objects, strict func(any) bool) metav1.ObjectMeta { return decodeAs(strict, &o.triggerAuths) },
+	"monitoring.coreos.com/v1, Kind=ServiceMonitor": func(o *objects, strict func(any) bool) metav1.ObjectMeta { return decodeAs(strict, &o.serviceMonitors) },
+	"monitoring.coreos.com/v1, Kind=PrometheusRule": func(o *objects, strict func(any) bool) metav1.ObjectMeta { return decodeAs(strict, &o.prometheusRules) },
+}
+
+// decodeAs decodes a document with strict into a T, appends it to list and returns its
+// metadata (empty when it did not decode).
+func decodeAs[T any, P interface {
+	*T
+	GetObjectMeta() metav1.Object
+}](strict func(any) bool, list *[]T) metav1.ObjectMeta {
+	var v T
+	if !strict(&v) {
+		return metav1.ObjectMeta{}
+	}
+	*list = append(*list, v)
+	return *P(&v).GetObjectMeta().(*metav1.ObjectMeta)
+}
+
 // decode splits a YAML stream into documents and decodes each strictly (unknown or duplicate
 // fields fail) into the type of its apiVersion and kind; a kind the test does not know is an
 // error.
@@ -240,62 +269,12 @@ func decode(source string, stream []byte) (*objects, []error) {
 			}
 			return true
 		}
-		var meta metav1.ObjectMeta
-		switch gvk {
-		case "v1, Kind=ServiceAccount":
-			var v corev1.ServiceAccount
-			if strict(&v) {
-				o.serviceAccounts, meta = append(o.serviceAccounts, v), v.ObjectMeta
-			}
-		case "v1, Kind=ConfigMap":
-			var v corev1.ConfigMap
-			if strict(&v) {
-				o.configMaps, meta = append(o.configMaps, v), v.ObjectMeta
-			}
-		case "v1, Kind=Service":
-			var v corev1.Service
-			if strict(&v) {
-				o.services, meta = append(o.services, v), v.ObjectMeta
-			}
-		case "apps/v1, Kind=Deployment":
-			var v appsv1.Deployment
-			if strict(&v) {
-				o.deployments, meta = append(o.deployments, v), v.ObjectMeta
-			}
-		case "policy/v1, Kind=PodDisruptionBudget":
-			var v policyv1.PodDisruptionBudget
-			if strict(&v) {
-				o.pdbs, meta = append(o.pdbs, v), v.ObjectMeta
-			}
-		case "autoscaling/v2, Kind=HorizontalPodAutoscaler":
-			var v autoscalingv2.HorizontalPodAutoscaler
-			if strict(&v) {
-				o.hpas, meta = append(o.hpas, v), v.ObjectMeta
-			}
-		case "keda.sh/v1alpha1, Kind=ScaledObject":
-			var v scaledObject
-			if strict(&v) {
-				o.scaledObjects, meta = append(o.scaledObjects, v), v.ObjectMeta
-			}
-		case "keda.sh/v1alpha1, Kind=TriggerAuthentication":
-			var v triggerAuthentication
-			if strict(&v) {
-				o.triggerAuths, meta = append(o.triggerAuths, v), v.ObjectMeta
-			}
-		case "monitoring.coreos.com/v1, Kind=ServiceMonitor":
-			var v serviceMonitor
-			if strict(&v) {
-				o.serviceMonitors, meta = append(o.serviceMonitors, v), v.ObjectMeta
-			}
-		case "monitoring.coreos.com/v1, Kind=PrometheusRule":
-			var v prometheusRuleObject
-			if strict(&v) {
-				o.prometheusRules, meta = append(o.prometheusRules, v), v.ObjectMeta
-			}
-		default:
+		add, ok := decoders[gvk]
+		if !ok {
 			errs = append(errs, fmt.Errorf("%s: document %d: unexpected %s (teach the test its type and checks)", source, i, gvk))
 			continue
 		}
+		meta := add(o, strict)
 		o.counts[tm.Kind]++
 		o.metas = append(o.metas, objectRef{tm.Kind, meta})
 	}

@@ -161,14 +161,7 @@ func (n *integer) String() string { return strconv.Itoa(int(*n)) }
 // duration is a duration setting in ParseDuration's grammar, from the flag and the environment.
 type duration time.Duration
 
-func (d *duration) Set(v string) error {
-	p, err := ParseDuration(v)
-	if err != nil {
-		return fmt.Errorf("%q is not a duration (e.g. 10s, 1m30s, 30d)", v)
-	}
-	*d = duration(p)
-	return nil
-}
+func (d *duration) Set(v string) error { return setDuration((*time.Duration)(d), v, "10s, 1m30s, 30d") }
 
 func (d *duration) String() string { return time.Duration(*d).String() }
 
@@ -176,14 +169,7 @@ func (d *duration) String() string { return time.Duration(*d).String() }
 // and whose flag takes a duration (-base-delay 2s).
 type millis time.Duration
 
-func (m *millis) Set(v string) error {
-	p, err := ParseDuration(v)
-	if err != nil {
-		return fmt.Errorf("%q is not a duration (e.g. 2s, 500ms)", v)
-	}
-	*m = millis(p)
-	return nil
-}
+func (m *millis) Set(v string) error { return setDuration((*time.Duration)(m), v, "2s, 500ms") }
 
 func (m *millis) SetEnv(v string) error {
 	n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
@@ -195,6 +181,17 @@ func (m *millis) SetEnv(v string) error {
 }
 
 func (m *millis) String() string { return time.Duration(*m).String() }
+
+// setDuration parses v (ParseDuration) into *d; its error shows examples of what a setting
+// takes.
+func setDuration(d *time.Duration, v, examples string) error {
+	p, err := ParseDuration(v)
+	if err != nil {
+		return fmt.Errorf("%q is not a duration (e.g. %s)", v, examples)
+	}
+	*d = p
+	return nil
+}
 
 // maxDays is the most whole days a time.Duration can hold.
 const maxDays = int(math.MaxInt64 / int64(24*time.Hour))

@@ -33,18 +33,7 @@ func TestDevServer(t *testing.T) {
 	require.NoError(t, err)
 	defer c.Close()
 
-	assertSearchAttributes := func() {
-		t.Helper()
-		resp, err := c.OperatorService().ListSearchAttributes(ctx, &operatorservice.ListSearchAttributesRequest{Namespace: s.Namespace})
-		require.NoError(t, err)
-		for _, k := range SearchAttributeKeys {
-			typ, ok := resp.GetCustomAttributes()[k.GetName()]
-			if assert.True(t, ok, "search attribute %s registered", k.GetName()) {
-				assert.Equal(t, k.GetValueType(), typ, k.GetName())
-			}
-		}
-	}
-	assertSearchAttributes()
+	assertSearchAttributes(ctx, t, c, s.Namespace)
 
 	// A workflow of a type no worker runs stays open; after a crash and a restart on
 	// the same DB file it must still be there.
@@ -56,23 +45,58 @@ func TestDevServer(t *testing.T) {
 	require.NoError(t, err)
 	c.Close()
 
+	killAndRestart(ctx, t, s)
+	c, err = s.Dial(ctx)
+	require.NoError(t, err)
+	defer c.Close()
+	assertStillOpen(ctx, t, c, "devserver-survives-restart", run.GetRunID())
+	assertSearchAttributes(ctx, t, c, s.Namespace)
+
+	assertStopIsFinal(ctx, t, s)
+}
+
+// assertSearchAttributes checks that namespace has every one of SearchAttributeKeys, with its
+// type.
+func assertSearchAttributes(ctx context.Context, t *testing.T, c client.Client, namespace string) {
+	t.Helper()
+	resp, err := c.OperatorService().ListSearchAttributes(ctx, &operatorservice.ListSearchAttributesRequest{Namespace: namespace})
+	require.NoError(t, err)
+	for _, k := range SearchAttributeKeys {
+		typ, ok := resp.GetCustomAttributes()[k.GetName()]
+		if assert.True(t, ok, "search attribute %s registered", k.GetName()) {
+			assert.Equal(t, k.GetValueType(), typ, k.GetName())
+		}
+	}
+}
+
+// killAndRestart SIGKILLs s, checks that it no longer answers, and starts it again on the
+// same data as a new process.
+func killAndRestart(ctx context.Context, t *testing.T, s *Server) {
+	t.Helper()
 	pid := s.Pid()
 	require.NoError(t, s.Kill())
 	<-s.Done()
 	require.Error(t, CheckHealth(ctx, s.Address, s.Namespace), "killed")
 
+	began := time.Now()
 	require.NoError(t, s.Restart(ctx))
+	t.Logf("restarted in %s", time.Since(began).Round(time.Millisecond))
 	assert.NotEqual(t, pid, s.Pid())
-	c, err = s.Dial(ctx)
-	require.NoError(t, err)
-	defer c.Close()
-	desc, err := c.DescribeWorkflow(ctx, "devserver-survives-restart", run.GetRunID())
+}
+
+// assertStillOpen checks that run runID of workflow id, a NoSuchWorkflow no worker runs, is
+// still open.
+func assertStillOpen(ctx context.Context, t *testing.T, c client.Client, id, runID string) {
+	t.Helper()
+	desc, err := c.DescribeWorkflow(ctx, id, runID)
 	require.NoError(t, err)
 	assert.Equal(t, enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING, desc.RawResponse.GetWorkflowExecutionInfo().GetStatus())
 	assert.Equal(t, "NoSuchWorkflow", desc.RawResponse.GetWorkflowExecutionInfo().GetType().GetName())
-	assertSearchAttributes()
+}
 
-	// Stop is graceful, final and idempotent.
+// assertStopIsFinal checks that Stop is graceful, final and idempotent.
+func assertStopIsFinal(ctx context.Context, t *testing.T, s *Server) {
+	t.Helper()
 	require.NoError(t, s.Stop())
 	require.NoError(t, s.Stop())
 	require.Error(t, CheckHealth(ctx, s.Address, s.Namespace))

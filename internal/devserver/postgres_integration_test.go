@@ -17,8 +17,6 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	enumspb "go.temporal.io/api/enums/v1"
-	"go.temporal.io/api/operatorservice/v1"
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
@@ -68,18 +66,7 @@ func TestPostgresEngine(t *testing.T) {
 	require.NoError(t, err)
 	assert.GreaterOrEqual(t, ns.GetConfig().GetWorkflowExecutionRetentionTtl().AsDuration(), 720*time.Hour)
 
-	assertSearchAttributes := func() {
-		t.Helper()
-		resp, err := c.OperatorService().ListSearchAttributes(ctx, &operatorservice.ListSearchAttributesRequest{Namespace: s.Namespace})
-		require.NoError(t, err)
-		for _, k := range SearchAttributeKeys {
-			typ, ok := resp.GetCustomAttributes()[k.GetName()]
-			if assert.True(t, ok, "search attribute %s registered", k.GetName()) {
-				assert.Equal(t, k.GetValueType(), typ, k.GetName())
-			}
-		}
-	}
-	assertSearchAttributes()
+	assertSearchAttributes(ctx, t, c, s.Namespace)
 
 	// A 255-byte workflow ID and a 255-byte keyword fit the schema; a 256-byte ID is
 	// refused by the frontend (limit.maxIDLength) rather than by the database.
@@ -111,28 +98,15 @@ func TestPostgresEngine(t *testing.T) {
 	assert.Regexp(t, `(?m)^persistence_requests\{[^}]*operation="CreateWorkflowExecution"[^}]*\} [1-9]`, metrics)
 	assert.Regexp(t, `(?m)^visibility_persistence_requests\{[^}]*operation="RecordWorkflowExecutionStarted"[^}]*\} [1-9]`, metrics)
 
-	pid := s.Pid()
-	require.NoError(t, s.Kill())
-	<-s.Done()
-	require.Error(t, CheckHealth(ctx, s.Address, s.Namespace), "killed")
-
-	began = time.Now()
-	require.NoError(t, s.Restart(ctx))
-	t.Logf("restarted in %s", time.Since(began).Round(time.Millisecond))
-	assert.NotEqual(t, pid, s.Pid())
+	killAndRestart(ctx, t, s)
 	c, err = s.Dial(ctx)
 	require.NoError(t, err)
-	desc, err := c.DescribeWorkflow(ctx, id, run.GetRunID())
-	require.NoError(t, err)
-	assert.Equal(t, enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING, desc.RawResponse.GetWorkflowExecutionInfo().GetStatus())
-	assert.Equal(t, "NoSuchWorkflow", desc.RawResponse.GetWorkflowExecutionInfo().GetType().GetName())
-	assertSearchAttributes()
+	assertStillOpen(ctx, t, c, id, run.GetRunID())
+	assertSearchAttributes(ctx, t, c, s.Namespace)
 	c.Close()
 
-	// Stop is graceful, final and idempotent, and drops the temporary databases.
-	require.NoError(t, s.Stop())
-	require.NoError(t, s.Stop())
-	require.Error(t, CheckHealth(ctx, s.Address, s.Namespace))
+	// Stop also drops the temporary databases.
+	assertStopIsFinal(ctx, t, s)
 	assertDropped(t, s.opts.Postgres, s.Database, s.VisibilityDatabase)
 }
 
@@ -176,9 +150,7 @@ func TestPostgresDurableDatabases(t *testing.T) {
 	c, err = s2.Dial(ctx)
 	require.NoError(t, err)
 	defer c.Close()
-	desc, err := c.DescribeWorkflow(ctx, "durable", run.GetRunID())
-	require.NoError(t, err)
-	assert.Equal(t, enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING, desc.RawResponse.GetWorkflowExecutionInfo().GetStatus())
+	assertStillOpen(ctx, t, c, "durable", run.GetRunID())
 	ns, err := c.WorkflowService().DescribeNamespace(ctx, &workflowservice.DescribeNamespaceRequest{Namespace: "durable"})
 	require.NoError(t, err)
 	assert.Equal(t, 48*time.Hour, ns.GetConfig().GetWorkflowExecutionRetentionTtl().AsDuration())

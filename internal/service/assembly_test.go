@@ -84,12 +84,11 @@ func TestLoadCatalogShapesTheBuiltInDefault(t *testing.T) {
 }
 
 func TestLoadCatalogKeepsAFilesOwnDefault(t *testing.T) {
-	file := filepath.Join(t.TempDir(), "policies.yaml")
-	require.NoError(t, os.WriteFile(file, []byte(`policies:
+	file := writePolicyFile(t, `policies:
   default:
     backoff: {type: schedule, delays: [1s]}
     max_retries: 2
-`), 0o644))
+`)
 	c, err := loadCatalog(config.Config{PolicyFile: file, DefaultMaxRetries: 7, BaseDelay: time.Second, MaxDelay: time.Minute})
 	require.NoError(t, err)
 	assert.Equal(t, 2, c.Policies[policy.DefaultName].MaxRetries)

@@ -27,13 +27,19 @@ func tracingOff(t *testing.T) {
 // policyFile writes a policy file whose "orders" policy dead-letters to orders.dead.
 func policyFile(t *testing.T) string {
 	t.Helper()
-	file := filepath.Join(t.TempDir(), "policies.yaml")
-	require.NoError(t, os.WriteFile(file, []byte(`policies:
+	return writePolicyFile(t, `policies:
   orders:
     backoff: {type: schedule, delays: [1s]}
     max_retries: 1
     dead_letter_queue: orders.dead
-`), 0o600))
+`)
+}
+
+// writePolicyFile writes yaml to a policy file in a temporary directory and returns its path.
+func writePolicyFile(t *testing.T, yaml string) string {
+	t.Helper()
+	file := filepath.Join(t.TempDir(), "policies.yaml")
+	require.NoError(t, os.WriteFile(file, []byte(yaml), 0o600))
 	return file
 }
 

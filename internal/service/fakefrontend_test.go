@@ -48,13 +48,20 @@ func startTemporalFake(t *testing.T, fail map[string]error) *temporalFake {
 			}
 			return h(ctx, req)
 		}))
-	workflowservice.RegisterWorkflowServiceServer(srv, f)
+	f.addr = serveFrontend(t, srv, f)
+	return f
+}
+
+// serveFrontend serves frontend as srv's Temporal frontend on 127.0.0.1 until the test ends,
+// and returns its address.
+func serveFrontend(t *testing.T, srv *grpc.Server, frontend workflowservice.WorkflowServiceServer) string {
+	t.Helper()
+	workflowservice.RegisterWorkflowServiceServer(srv, frontend)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	go func() { _ = srv.Serve(lis) }()
 	t.Cleanup(srv.Stop)
-	f.addr = lis.Addr().String()
-	return f
+	return lis.Addr().String()
 }
 
 // client is a Temporal client of f on namespace "default", closed when the test ends.

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -110,8 +109,7 @@ func TestHTTPHandlerErrors(t *testing.T) {
 // destination's messages are routed to, defaults filled in; an unrouted destination's with
 // the default policy's.
 func TestOpsAPIPauseStartsTheBreakerWithTheRoutedPolicysSettings(t *testing.T) {
-	file := filepath.Join(t.TempDir(), "policies.yaml")
-	require.NoError(t, os.WriteFile(file, []byte(`policies:
+	file := writePolicyFile(t, `policies:
   orders:
     backoff: {type: schedule, delays: [1s]}
     max_retries: 1
@@ -119,7 +117,7 @@ func TestOpsAPIPauseStartsTheBreakerWithTheRoutedPolicysSettings(t *testing.T) {
 routes:
   - queue: orders.*
     policy: orders
-`), 0o600))
+`)
 	cfg := unitConfig(config.ModeBridge)
 	cfg.PolicyFile = file
 	tc := mocks.NewClient(t)

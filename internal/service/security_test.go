@@ -141,12 +141,7 @@ func startFakeFrontend(t *testing.T, ca *brokertest.CA, requireClientCert bool) 
 			f.mu.Unlock()
 			return h(ctx, req)
 		}))
-	workflowservice.RegisterWorkflowServiceServer(srv, f)
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	go func() { _ = srv.Serve(lis) }()
-	t.Cleanup(srv.Stop)
-	f.addr, f.stop = lis.Addr().String(), srv.Stop
+	f.addr, f.stop = serveFrontend(t, srv, f), srv.Stop
 	return f
 }
 

@@ -28,10 +28,7 @@ type CA struct {
 // NewCA makes a self-signed CA valid for a day.
 func NewCA(tb testing.TB, name string) *CA {
 	tb.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		tb.Fatalf("CA key: %v", err)
-	}
+	key := newKey(tb, "CA key")
 	tmpl := &x509.Certificate{
 		SerialNumber:          serial(tb),
 		Subject:               pkix.Name{CommonName: name, Organization: []string{"retry-scheduler tests"}},
@@ -71,10 +68,7 @@ func (ca *CA) Client(tb testing.TB, cn string) Leaf {
 
 func (ca *CA) issue(tb testing.TB, cn string, usage x509.ExtKeyUsage, hosts []string) Leaf {
 	tb.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		tb.Fatalf("key: %v", err)
-	}
+	key := newKey(tb, "key")
 	tmpl := &x509.Certificate{
 		SerialNumber: serial(tb),
 		Subject:      pkix.Name{CommonName: cn},
@@ -102,6 +96,16 @@ func (ca *CA) issue(tb testing.TB, cn string, usage x509.ExtKeyUsage, hosts []st
 		CertPEM: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
 		KeyPEM:  pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER}),
 	}
+}
+
+// newKey is a fresh P-256 key; what names it in the failure.
+func newKey(tb testing.TB, what string) *ecdsa.PrivateKey {
+	tb.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		tb.Fatalf("%s: %v", what, err)
+	}
+	return key
 }
 
 func serial(tb testing.TB) *big.Int {
