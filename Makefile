@@ -42,6 +42,9 @@ COVERAGE_GATES ?=
 # Passed to the integration tier's go test, and to test-e2e-postgres's.
 INTEGRATION_TIMEOUT ?= 40m
 E2E_TIMEOUT ?= 35m
+# How many of the tests that call t.Parallel (the e2e tests that spend minutes waiting) run at
+# once: all of them, so that together they take the longest one's time.
+E2E_PARALLEL ?= 6
 # e2e tests the PostgreSQL pass leaves to the dev-server pass: what they check does not depend
 # on the engine (the SDK's fatal-error grace alone takes three minutes; a RabbitMQ node lost
 # under load is the broker's and the service's AMQP path).
@@ -61,7 +64,7 @@ export RABBITMQ_URL
 help: ## List the targets
 	@echo "retry-scheduler: make <target>"
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-17s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
-	@echo "Variables (make VAR=value): CACHE RABBITMQ_URL TEMPORAL TEMPORAL_PORT TEMPORAL_POSTGRES_HOST TEMPORAL_POSTGRES_PORT TEMPORAL_POSTGRES_USER FUZZ_TIME FUZZ_LONG_TIME COVERAGE_GATES_FILE COVERAGE_GATES E2E_POSTGRES_SKIP E2E_POSTGRES_SKIP_REASON INTEGRATION_TIMEOUT E2E_TIMEOUT VERSION REVISION IMAGE HISTORIES"
+	@echo "Variables (make VAR=value): CACHE RABBITMQ_URL TEMPORAL TEMPORAL_PORT TEMPORAL_POSTGRES_HOST TEMPORAL_POSTGRES_PORT TEMPORAL_POSTGRES_USER FUZZ_TIME FUZZ_LONG_TIME COVERAGE_GATES_FILE COVERAGE_GATES E2E_POSTGRES_SKIP E2E_POSTGRES_SKIP_REASON INTEGRATION_TIMEOUT E2E_TIMEOUT E2E_PARALLEL VERSION REVISION IMAGE HISTORIES"
 	@echo "Under CI=true a test whose prerequisite is missing fails instead of skipping, and any skipped test fails the run."
 
 $(TEMPORAL_CLI):
@@ -255,7 +258,7 @@ test-integration: tools temporal-server rabbitmq ## Integration tier (-tags inte
 	export TEMPORAL_ADDRESS=$$(cat $$tmp/addr); \
 	echo "== integration tests against the Temporal dev server at $$TEMPORAL_ADDRESS (pid $$pid)"; \
 	pkgs=$$(grep -rl --include='*.go' --exclude-dir=node_modules '^//go:build integration' . | xargs -r -n1 dirname | sort -u); \
-	$(GO) test -race -json -tags integration -timeout $(INTEGRATION_TIMEOUT) -p 1 -run "$$($(INTEGRATION_TESTS))" $$pkgs 2>&1 | $(TESTREPORT); rc=$$?; \
+	$(GO) test -race -json -tags integration -timeout $(INTEGRATION_TIMEOUT) -p 1 -parallel $(E2E_PARALLEL) -run "$$($(INTEGRATION_TESTS))" $$pkgs 2>&1 | $(TESTREPORT); rc=$$?; \
 	if [ $$rc != 0 ]; then echo "--- Temporal dev server log (last lines) ---"; tail -n 40 $$tmp/temporal.db.log; fi; \
 	kill -TERM $$pid 2>/dev/null && wait $$pid; pid=; unset TEMPORAL_ADDRESS; \
 	$(MAKE) --no-print-directory test-e2e-postgres; pgrc=$$?; \
@@ -286,7 +289,7 @@ test-e2e-postgres: temporal-server rabbitmq ## e2e tests (-tags integration temp
 		echo "== not run on PostgreSQL, by E2E_POSTGRES_SKIP (run on the dev server above): $(E2E_POSTGRES_SKIP)"; \
 		$(GO) test -race -tags '$(E2E_POSTGRES_TAGS)' -list '$(E2E_POSTGRES_SKIP)' ./e2e/ > $$tmp/excluded || { cat $$tmp/excluded; exit 1; }; \
 	fi; \
-	$(GO) test -race -json -tags '$(E2E_POSTGRES_TAGS)' -timeout $(E2E_TIMEOUT) -p 1 -skip '$(E2E_POSTGRES_SKIP)' ./e2e/ 2>&1 \
+	$(GO) test -race -json -tags '$(E2E_POSTGRES_TAGS)' -timeout $(E2E_TIMEOUT) -p 1 -parallel $(E2E_PARALLEL) -skip '$(E2E_POSTGRES_SKIP)' ./e2e/ 2>&1 \
 		| $(TESTREPORT) -excluded $$tmp/excluded -excluded-reason '$(E2E_POSTGRES_SKIP_REASON)'; rc=$$?; \
 	if [ $$rc != 0 ]; then echo "--- Temporal server log (last lines) ---"; tail -n 40 $$tmp/temporal.log; fi; \
 	exit $$rc

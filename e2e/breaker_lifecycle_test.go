@@ -75,6 +75,7 @@ func (s *stack) flakyDestination(t *testing.T, name string) (string, workflows.B
 // TestBreakerOpensProbesAndCloses drives one destination's breaker through open, half-open
 // and closed, and records its history (breaker-open-probe-closed).
 func TestBreakerOpensProbesAndCloses(t *testing.T) {
+	t.Parallel() // minutes of waiting, beside the other long waits (the package doc says why)
 	s := newStack(t)
 	require.NoError(t, os.WriteFile(s.cfg.PolicyFile, []byte(breakerLifecyclePolicyFile), 0o600))
 	s.run("all")

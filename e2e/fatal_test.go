@@ -31,6 +31,7 @@ import (
 // error. The process then answers 503 on /healthz and /readyz, naming the worker, and exits 1
 // within 30 s.
 func TestFatalWorkerErrorEndsTheProcess(t *testing.T) {
+	t.Parallel() // minutes of waiting, beside the other long waits (the package doc says why)
 	s := newStack(t)
 	bin := buildBinary(t)
 	ns := s.prefix

@@ -2,6 +2,12 @@
 
 // Package e2e runs the whole service against the real RabbitMQ and a real Temporal dev
 // server: retries, dead letters, counting and recovery as a user of the broker sees them.
+//
+// Every test has its own queues, task queue and processes, but most run one at a time, so
+// that a figure a test judges (lateness, a gate's lag) is not another test's load. The few
+// that spend minutes waiting (an outage, the SDK's fatal-error grace, a paced replay job)
+// call t.Parallel: go test runs them together after the others (the Makefile's -parallel
+// lets all of them run at once), which takes the longest of them instead of their sum.
 package e2e
 
 import (

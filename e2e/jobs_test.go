@@ -120,6 +120,7 @@ func (a *opsAPI) waitDead(queue string, n int, within time.Duration) {
 // progress moves; the ops process restarts mid-job and nothing is lost: the job finishes with
 // every item replayed. The page follows it on a progress bar. A cancel stops another job.
 func TestReplayAsAJob(t *testing.T) {
+	t.Parallel() // minutes of waiting, beside the other long waits (the package doc says why)
 	const many, other = 2000, 400
 	s := newStack(t)
 	// The worker and the ops API (with the bridge) in two processes, as in production: the

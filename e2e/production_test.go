@@ -109,6 +109,7 @@ func TestLongIDsOnALongQueueName(t *testing.T) {
 // bridge holds what it has without spending deliveries, so after Temporal is back every one is
 // republished and none was dead-lettered for its delivery limit.
 func TestQuorumIngressSurvivesATemporalOutage(t *testing.T) {
+	t.Parallel() // minutes of waiting, beside the other long waits (the package doc says why)
 	srv := devserver.StartOwnedForTest(t)
 	s := newStackOn(t, srv)
 	quorum := broker.Config{URL: brokertest.URL(), QueueType: broker.QueueTypeQuorum}
