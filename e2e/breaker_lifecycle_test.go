@@ -75,7 +75,6 @@ func (s *stack) flakyDestination(t *testing.T, name string) (string, workflows.B
 // TestBreakerOpensProbesAndCloses drives one destination's breaker through open, half-open
 // and closed, and records its history (breaker-open-probe-closed).
 func TestBreakerOpensProbesAndCloses(t *testing.T) {
-	t.Parallel() // minutes of waiting, beside the other long waits (the package doc says why)
 	s := newStack(t)
 	require.NoError(t, os.WriteFile(s.cfg.PolicyFile, []byte(breakerLifecyclePolicyFile), 0o600))
 	s.run("all")
@@ -86,7 +85,7 @@ func TestBreakerOpensProbesAndCloses(t *testing.T) {
 	for _, e := range st.Events {
 		modes = append(modes, e.To)
 	}
-	assert.Contains(t, modes, workflows.BreakerOpen, "events: %s", describeEvents(st.Events, time.Time{}))
+	require.Contains(t, modes, workflows.BreakerOpen, "events: %s", describeEvents(st.Events, time.Time{}))
 	// It probes a held retry (half-open) when its cooldown ends; on a loaded machine the
 	// probe's visibility list may find none held yet, and it closes at once instead, saying
 	// so (the held retries are then released: every message was delivered above).

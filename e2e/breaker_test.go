@@ -279,7 +279,6 @@ func (w *holdingWatch) firstAtOrAfter(from, until time.Time) time.Time {
 // down except its probes, and releases them once a probe passes: nothing is dead-lettered,
 // every message is delivered after the recovery.
 func TestBreakerHoldsRetriesThroughAnOutage(t *testing.T) {
-	t.Parallel() // minutes of waiting, beside the other long waits (the package doc says why)
 	s := newStack(t)
 	s.withBreakerPolicies(t)
 	s.run("all")
@@ -388,7 +387,6 @@ func (s *stack) checkOutageHeld(t *testing.T, label, q string, dead *consumer, r
 // outage, so the test ends once every message is dead or delivered instead of waiting for
 // the recovery.
 func TestBreakerOffBurnsRetriesThroughAnOutage(t *testing.T) {
-	t.Parallel() // minutes of waiting, beside the other long waits (the package doc says why)
 	s := newStack(t)
 	s.withBreakerPolicies(t)
 	s.cfg.Breakers = config.BreakersOff

@@ -207,7 +207,7 @@ func TestOpsBrowser(t *testing.T) {
 	assert.Contains(t, row, q)
 	assert.Contains(t, row, "permanent")
 	assert.Contains(t, row, "schema mismatch in b1")
-	p.do(chromedp.Click(chromedp.CSS(rowSel("#dl-table", one) + ` td.actions button:nth-child(2)`)))
+	p.clickNow("retry now of "+one, rowSel("#dl-table", one)+` td.actions button:nth-child(2)`)
 	p.until("dead letter "+one+" gone", "!"+rowExpr("#dl-table", one))
 	assert.Contains(t, p.text("#progress"), "Retried "+one)
 	st, err := s.state(one)
@@ -221,7 +221,7 @@ func TestOpsBrowser(t *testing.T) {
 		p.until("dead letter "+id, rowExpr("#dl-table", id))
 	}
 	for _, id := range many {
-		p.do(chromedp.Click(chromedp.CSS(rowSel("#dl-table", id) + ` input.row-select`)))
+		p.clickNow("the checkbox of "+id, rowSel("#dl-table", id)+` input.row-select`)
 	}
 	p.do(chromedp.Click(chromedp.CSS("#dl-bulk-retry")))
 	p.until("the bulk progress line", `document.querySelector("#progress").textContent.includes("3/3 succeeded")`)
@@ -230,7 +230,7 @@ func TestOpsBrowser(t *testing.T) {
 	// Delete asks first.
 	del := s.dead(q, "", "b5")[0]
 	p.until("dead letter "+del, rowExpr("#dl-table", del))
-	p.do(chromedp.Click(chromedp.CSS(rowSel("#dl-table", del) + ` td.actions button:nth-child(4)`)))
+	p.do(chromedp.Click(chromedp.CSS(rowSel("#dl-table", del) + ` td.actions button:nth-child(4)`))) // a real click: it opens the confirm dialog that acceptDialogs answers
 	p.until("dead letter "+del+" gone", "!"+rowExpr("#dl-table", del))
 	p.mu.Lock()
 	assert.Contains(t, p.dialogs, "Permanently delete this entry?")

@@ -4,10 +4,13 @@
 // server: retries, dead letters, counting and recovery as a user of the broker sees them.
 //
 // Every test has its own queues, task queue and processes, but most run one at a time, so
-// that a figure a test judges (lateness, a gate's lag) is not another test's load. The few
-// that spend minutes waiting (an outage, the SDK's fatal-error grace, a paced replay job)
-// call t.Parallel: go test runs them together after the others (the Makefile's -parallel
-// lets all of them run at once), which takes the longest of them instead of their sum.
+// that what a test times (lateness, a gate's lag, an outage of a few seconds) is not another
+// test's load: beside the replay job's thousands of dead letters, the breaker lifecycle's
+// 4 s outage once ended before its first republish. The few that spend minutes waiting on
+// something no load moves (a Temporal outage on a server of their own, the SDK's
+// fatal-error grace, the replay job itself) call t.Parallel: go test runs them together
+// after the others (the Makefile's -parallel lets all of them run at once), which takes the
+// longest of them instead of their sum.
 package e2e
 
 import (

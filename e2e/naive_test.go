@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/chromedp/chromedp"
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/require"
 
@@ -110,7 +109,7 @@ func TestOpsPageShowsReportsSetAside(t *testing.T) {
 
 	p.signIn(api.base, viewerToken, "#app")
 	p.until("dead letter "+id, rowExpr("#dl-table", id))
-	p.do(chromedp.Click(chromedp.CSS(rowSel("#dl-table", id) + ` td.actions button:nth-child(1)`)))
+	p.clickNow("details of "+id, rowSel("#dl-table", id)+` td.actions button:nth-child(1)`)
 	p.until("the details dialog", `document.querySelector("#detail").open`)
 	summary := p.text("#detail-summary")
 	require.Contains(t, summary, "Reports set aside")

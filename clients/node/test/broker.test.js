@@ -85,7 +85,7 @@ test('an unroutable report rejects; concurrent reports each get their own answer
   const ingress = `node-client-${randomUUID()}.ingress`;
   const msg = (id) => ({ content: Buffer.from(id), fields: {}, properties: { messageId: id, headers: {} } });
 
-  await assert.rejects(reportFailure(ch, msg('lost'), 'orders', permanent(new Error('x')), { ingressQueue: ingress }), /returned by the internal/broker/);
+  await assert.rejects(reportFailure(ch, msg('lost'), 'orders', permanent(new Error('x')), { ingressQueue: ingress }), /returned by the broker/);
 
   await ch.assertQueue(ingress, { durable: false });
   owned(ingress);
