@@ -16,13 +16,10 @@ CACHE ?= $(HOME)/.cache/retry-scheduler
 TEMPORAL_CLI := $(CACHE)/bin/temporal
 WORKFLOWCHECK := $(CACHE)/bin/workflowcheck
 STATICCHECK := $(CACHE)/bin/staticcheck
-# The Temporal server and its SQL schema tool, for the postgres engine: the current release
-# line (devserver.ServerVersion; the CLI's dev server embeds 1.29.1). Their schemas are
-# embedded in the tool, so nothing else is copied. Its go.mod asks for a newer Go than many
-# machines have: the go command fetches TEMPORAL_SERVER_TOOLCHAIN from the module proxy to
-# build it.
-TEMPORAL_SERVER_VERSION := v1.32.2
-TEMPORAL_SERVER_TOOLCHAIN := go1.27.3
+# The Temporal server and its SQL schema tool, for the postgres engine: the server version
+# the CLI's dev server embeds (devserver.ServerVersion). Their schemas are embedded in the
+# tool, so nothing else is copied.
+TEMPORAL_SERVER_VERSION := v1.29.1
 TEMPORAL_SERVER_DIR := $(CACHE)/temporal-server-$(TEMPORAL_SERVER_VERSION)
 TEMPORAL_SERVER_BINS := $(TEMPORAL_SERVER_DIR)/bin/server $(TEMPORAL_SERVER_DIR)/bin/sql
 # The engine of `make run`: dev (the CLI's dev server, Web UI) or postgres.
@@ -89,7 +86,7 @@ tools: $(TEMPORAL_CLI) $(WORKFLOWCHECK) $(STATICCHECK) chromium promtool kubectl
 # runs reuse them.
 $(TEMPORAL_SERVER_BINS) &:
 	@echo "Installing the Temporal server $(TEMPORAL_SERVER_VERSION) and its SQL schema tool into $(TEMPORAL_SERVER_DIR)/bin (several minutes the first time)"
-	GOTOOLCHAIN=$(TEMPORAL_SERVER_TOOLCHAIN) GOBIN=$(TEMPORAL_SERVER_DIR)/bin $(GO) install go.temporal.io/server/cmd/server@$(TEMPORAL_SERVER_VERSION) go.temporal.io/server/cmd/tools/sql@$(TEMPORAL_SERVER_VERSION)
+	GOBIN=$(TEMPORAL_SERVER_DIR)/bin $(GO) install go.temporal.io/server/cmd/server@$(TEMPORAL_SERVER_VERSION) go.temporal.io/server/cmd/tools/sql@$(TEMPORAL_SERVER_VERSION)
 
 temporal-server: $(TEMPORAL_SERVER_BINS) ## Install the Temporal server and its schema tool (the postgres engine) into $(CACHE)/temporal-server-$(TEMPORAL_SERVER_VERSION)/bin
 

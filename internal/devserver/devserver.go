@@ -56,12 +56,8 @@ const (
 	EnginePostgres Engine = "postgres"
 )
 
-// DevServerVersion is the Temporal server EngineDev runs: the release the Temporal CLI
-// v1.5.1 (the Makefile's TEMPORAL_VERSION) embeds in its dev server.
-const DevServerVersion = "v1.29.1"
-
 // ServerName is how messages name the engine's server: "Temporal dev server", or
-// "Temporal server v1.32.2 on PostgreSQL".
+// "Temporal server v1.29.1 on PostgreSQL".
 func (e Engine) ServerName() string {
 	if e == EnginePostgres {
 		return "Temporal server " + ServerVersion + " on PostgreSQL"

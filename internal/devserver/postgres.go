@@ -31,10 +31,10 @@ import (
 	"gopkg.in/yaml.v3"
 )
 
-// ServerVersion is the Temporal server EnginePostgres runs: the current release line (the
-// Temporal CLI v1.5.1's dev server embeds 1.29.1). `make temporal-server` installs it (the
-// Makefile's TEMPORAL_SERVER_VERSION; a unit test keeps the two in step).
-const ServerVersion = "v1.32.2"
+// ServerVersion is the Temporal server EnginePostgres runs: the version the Temporal
+// CLI v1.5.1's dev server embeds. `make temporal-server` installs it (the Makefile's
+// TEMPORAL_SERVER_VERSION; a unit test keeps the two in step).
+const ServerVersion = "v1.29.1"
 
 // EnginePostgres's settings.
 const (
