@@ -19,7 +19,6 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/retry-scheduler/retry-scheduler/internal/broker/brokertest"
 	"github.com/retry-scheduler/retry-scheduler/internal/deadletter"
 	"github.com/retry-scheduler/retry-scheduler/internal/workflows"
 	"github.com/retry-scheduler/retry-scheduler/message"
@@ -282,7 +281,7 @@ func jsonOf(t *testing.T, v any) []byte {
 func (s *stack) rejectThrough(queue string, p amqp.Publishing) {
 	s.t.Helper()
 	s.publishRaw(queue, p)
-	onChannel(s.t, brokertest.URL(), func(ch *amqp.Channel) {
+	onChannel(s.t, s.brokerURL, func(ch *amqp.Channel) {
 		deadline := time.Now().Add(10 * time.Second)
 		for {
 			d, ok, err := ch.Get(queue, false)
@@ -299,7 +298,7 @@ func (s *stack) rejectThrough(queue string, p amqp.Publishing) {
 
 // depth is the number of ready messages on a queue.
 func (s *stack) depth(queue string) (n int) {
-	onChannel(s.t, brokertest.URL(), func(ch *amqp.Channel) {
+	onChannel(s.t, s.brokerURL, func(ch *amqp.Channel) {
 		q, err := ch.QueueDeclarePassive(queue, true, false, false, false, nil)
 		require.NoError(s.t, err)
 		n = q.Messages

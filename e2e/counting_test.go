@@ -118,9 +118,8 @@ func TestRetryFromDeadAfterTheWindowIsScheduled(t *testing.T) {
 	c := s.consume(orders, func(d amqp.Delivery) {
 		// The first republish after the operator's retry fails again (a transient error); the
 		// next one is taken.
-		n := int(d.Headers["x-retry-count"].(int32))
+		n, key := retryHeaders(d)
 		if n == 1 {
-			key, _ := d.Headers["x-retry-key"].(string)
 			_ = s.sendRetry(message.RetryMessage{MessageID: d.MessageId, OriginalPayload: d.Body, OriginalQueue: orders,
 				ErrorReason: "connect ETIMEDOUT", ErrorCode: "ETIMEDOUT", Policy: "aggressive", RetryCount: n, RetryKey: key})
 		}

@@ -14,7 +14,6 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/retry-scheduler/retry-scheduler/internal/broker/brokertest"
 	"github.com/retry-scheduler/retry-scheduler/internal/deadletter/schematest"
 	"github.com/retry-scheduler/retry-scheduler/internal/service"
 	"github.com/retry-scheduler/retry-scheduler/internal/workflows"
@@ -52,10 +51,10 @@ routes:
 }
 
 // queueExists reports whether a passive declare finds the queue.
-func queueExists(t *testing.T, name string) bool {
-	t.Helper()
+func (s *stack) queueExists(name string) bool {
+	s.t.Helper()
 	var err error
-	onChannel(t, brokertest.URL(), func(ch *amqp.Channel) {
+	onChannel(s.t, s.brokerURL, func(ch *amqp.Channel) {
 		_, err = ch.QueueDeclarePassive(name, true, false, false, false, nil)
 	})
 	return err == nil
@@ -69,12 +68,12 @@ func TestConfiguredDeadLetterQueuesAreDeclaredAndReceiveEnvelopes(t *testing.T) 
 	policyDLQ, routeDLQ := s.prefix+".billing.dead", s.prefix+".refunds.dead"
 	s.withDeadLetterRoutes(t, policyDLQ, routeDLQ)
 	t.Cleanup(func() { s.deleteQueues(policyDLQ, routeDLQ) })
-	require.False(t, queueExists(t, policyDLQ))
-	require.False(t, queueExists(t, routeDLQ))
+	require.False(t, s.queueExists(policyDLQ))
+	require.False(t, s.queueExists(routeDLQ))
 
 	s.run("all")
-	require.True(t, queueExists(t, policyDLQ), "the policy's dead-letter queue is declared at start")
-	require.True(t, queueExists(t, routeDLQ), "the route's dead-letter queue is declared at start")
+	require.True(t, s.queueExists(policyDLQ), "the policy's dead-letter queue is declared at start")
+	require.True(t, s.queueExists(routeDLQ), "the route's dead-letter queue is declared at start")
 
 	routed := s.consume(routeDLQ, nil)
 	byPolicy := s.consume(policyDLQ, nil)
@@ -183,7 +182,7 @@ func TestExpiredDeadLetterIsCountedAndArchived(t *testing.T) {
 	s.cfg.ExpiredArchiveQueue = archive
 	t.Cleanup(func() { s.deleteQueues(archive) })
 	s.run("all")
-	require.True(t, queueExists(t, archive), "the archive queue is declared at start")
+	require.True(t, s.queueExists(archive), "the archive queue is declared at start")
 	metricsURL := "http://" + s.cfg.HTTPAddr + "/metrics"
 	orders := s.prefix + ".orders"
 	expired := series(workflows.MetricDeadLettersExpired, "queue", orders)

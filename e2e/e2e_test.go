@@ -297,8 +297,7 @@ func TestLateReportNewRunKeepsTheWholeStory(t *testing.T) {
 		f := failing
 		mu.Unlock()
 		if f {
-			key, _ := d.Headers["x-retry-key"].(string)
-			n := int(d.Headers["x-retry-count"].(int32))
+			n, key := retryHeaders(d)
 			_ = s.sendRetry(message.RetryMessage{MessageID: d.MessageId, OriginalPayload: d.Body, OriginalQueue: orders,
 				ErrorReason: fmt.Sprintf("fail #%d", n+1), HTTPStatus: 503, RetryCount: n, RetryKey: key})
 		}

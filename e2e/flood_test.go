@@ -57,11 +57,10 @@ func TestFloodOfBadReportsAmongLegitimateOnes(t *testing.T) {
 		mu.Unlock()
 		if n == 1 {
 			// The contract: copy x-retry-count and x-retry-key into the report.
-			key, _ := d.Headers["x-retry-key"].(string)
-			count, _ := d.Headers["x-retry-count"].(int32)
+			count, key := retryHeaders(d)
 			_ = s.sendRetry(message.RetryMessage{
 				MessageID: d.MessageId, OriginalPayload: d.Body, OriginalQueue: orders,
-				ErrorReason: "timeout again", ErrorCode: "ETIMEDOUT", RetryCount: int(count), RetryKey: key,
+				ErrorReason: "timeout again", ErrorCode: "ETIMEDOUT", RetryCount: count, RetryKey: key,
 			})
 		}
 		_ = d.Ack(false)

@@ -220,7 +220,7 @@ func onChannel(t *testing.T, url string, f func(ch *amqp.Channel)) {
 // bind binds the test's queue to exchange with key.
 func (s *stack) bind(queue, exchange, key string) {
 	s.t.Helper()
-	onChannel(s.t, brokertest.URL(), func(ch *amqp.Channel) {
+	onChannel(s.t, s.brokerURL, func(ch *amqp.Channel) {
 		require.NoError(s.t, ch.QueueBind(queue, key, exchange, false, nil))
 	})
 }
@@ -421,6 +421,15 @@ func (c *consumer) session(ctx context.Context, queue string) {
 	}
 }
 
+// retryHeaders reads what the scheduler stamps on a republish: x-retry-count (0 when it is
+// absent or not an integer) and x-retry-key. A consumer's callback must not panic on a
+// delivery without them: the panic would end the whole e2e run, not one test.
+func retryHeaders(d amqp.Delivery) (n int, key string) {
+	count, _ := message.HeaderInt64(d.Headers[message.HeaderRetryCount])
+	key, _ = d.Headers[message.HeaderRetryKey].(string)
+	return int(count), key
+}
+
 // failingConsumer is a consumer of queue that fails on every delivery: it reports the failure
 // that report builds (from the delivery, its x-retry-count and x-retry-key) back to the
 // scheduler, as a service integrated with the scheduler does, then acks. reportErr is the first report that could
@@ -429,8 +438,7 @@ func (s *stack) failingConsumer(queue string, report func(d amqp.Delivery, n int
 	var mu sync.Mutex
 	var first error
 	c = s.consume(queue, func(d amqp.Delivery) {
-		key, _ := d.Headers["x-retry-key"].(string)
-		n := int(d.Headers["x-retry-count"].(int32))
+		n, key := retryHeaders(d)
 		if err := s.sendRetry(report(d, n, key)); err != nil {
 			mu.Lock()
 			if first == nil {

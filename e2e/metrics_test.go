@@ -330,8 +330,7 @@ func checkSchedulingLogs(t *testing.T, out string) {
 func (s *stack) failExAgain(queue string, maxRetries int) {
 	s.consume(queue, func(d amqp.Delivery) {
 		if strings.HasPrefix(d.MessageId, "ex-") {
-			n := int(d.Headers["x-retry-count"].(int32))
-			key, _ := d.Headers["x-retry-key"].(string)
+			n, key := retryHeaders(d)
 			_ = s.sendRetry(message.RetryMessage{MessageID: d.MessageId, OriginalPayload: d.Body, OriginalQueue: queue,
 				ErrorReason: fmt.Sprintf("503 #%d", n+1), HTTPStatus: 503, RetryCount: n, RetryKey: key, MaxRetries: maxRetries})
 		}

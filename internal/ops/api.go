@@ -218,7 +218,7 @@ func (a *API) Register(mux *http.ServeMux) {
 	api.HandleFunc("GET /api/breakers/{queue...}", auth.require(RoleOperator, a.getBreaker))
 	api.HandleFunc("POST /api/breakers/{rest...}", auth.require(RoleOperator, a.postBreakerAction))
 	api.fallback("/api/", func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, http.StatusNotFound, fmt.Sprintf("no route %s %s (see internal/ops/README.md)", r.Method, r.URL.Path))
+		writeError(w, http.StatusNotFound, fmt.Sprintf("no route %s %s (GET /api/openapi.json describes the routes)", r.Method, r.URL.Path))
 	})
 	registerPage(mux)
 	a.patterns = api.patterns

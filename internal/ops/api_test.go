@@ -520,7 +520,7 @@ func TestRefusals(t *testing.T) {
 		{"o", "POST", "/api/retry-queue/bulk-retry", `{"ids":["a","a"]}`, 400, "twice"},
 		{"o", "POST", "/api/dead-letters/replay", `{"older_than":"soon"}`, 400, "older_than"},
 		{"v", "GET", "/api/retry-queue?status=dead", "", 400, "status"},
-		{"v", "GET", "/api/nothing", "", 404, "no route"},
+		{"v", "GET", "/api/nothing", "", 404, "no route GET /api/nothing (GET /api/openapi.json describes the routes)"},
 	} {
 		code, out := h.do(tt.token, tt.method, tt.path, tt.body)
 		assert.Equal(t, tt.status, code, "%s %s: %v", tt.method, tt.path, out)
