@@ -155,6 +155,23 @@ func TestRunFailsWhenTheOpsAPICannotBeMounted(t *testing.T) {
 	assert.ErrorContains(t, result(t, done), "no Auth")
 }
 
+// A part that cannot start stops the parts started before it: with the ops API unmountable
+// (no Auth), the worker, the breaker counts and the bridge, already started, are stopped and
+// waited for before run returns, not left running on a process that has failed.
+func TestRunStopsTheStartedPartsWhenALaterOneCannotStart(t *testing.T) {
+	front := startTemporalFake(t, nil)
+	cfg := unitConfig(config.ModeAll)
+	cfg.Breakers = config.BreakersOn
+	cfg.BreakerRefresh, cfg.BreakerFlush = time.Hour, time.Hour
+	p := connectedProcess(t, cfg, front.client(t))
+
+	_, done := runInBackground(t, p, nil)
+
+	require.ErrorContains(t, result(t, done), "no Auth")
+	assert.ErrorIs(t, p.ctx.Err(), context.Canceled, "the started parts were told to stop")
+	assert.Positive(t, front.called("ShutdownWorker"), "the worker was stopped")
+}
+
 // A port already taken ends the process with an error naming the address.
 func TestRunFailsWhenItsHTTPAddressIsTaken(t *testing.T) {
 	taken, err := net.Listen("tcp", "127.0.0.1:0")

@@ -114,6 +114,8 @@ func Run(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 // run before Run's: the worker stops, then the breaker counts are flushed.
 func (p *process) run(ctx context.Context, auth *ops.Auth) error {
 	p.checks = map[string]ops.Check{"temporal": p.temporalReady}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	p.g, p.ctx = errgroup.WithContext(ctx)
 	if p.cfg.BreakersEnabled() {
 		p.startBreakerCounter()
@@ -124,7 +126,7 @@ func (p *process) run(ctx context.Context, auth *ops.Auth) error {
 	if p.runsWorker() {
 		w, err := p.startWorker()
 		if err != nil {
-			return err
+			return p.stopStarted(cancel, err)
 		}
 		defer stopWorker(w, p.fatal, fatalStopWait, p.logger)
 	}
@@ -135,9 +137,18 @@ func (p *process) run(ctx context.Context, auth *ops.Auth) error {
 		p.startDepthPoller()
 	}
 	if err := p.serveHTTP(auth); err != nil {
-		return err
+		return p.stopStarted(cancel, err)
 	}
 	return p.g.Wait()
+}
+
+// stopStarted stops the parts started before one that could not start, and waits for them,
+// so that none outlives run (a bridge would go on consuming after the process had failed);
+// err is run's result.
+func (p *process) stopStarted(cancel context.CancelFunc, err error) error {
+	cancel()
+	_ = p.g.Wait()
+	return err
 }
 
 // temporalReady is the readiness check of the Temporal connection: the frontend's health.
