@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -128,8 +129,10 @@ routes:
 			started[in.Queue] = in
 		}).Return(nil)
 	tc.On("UpdateWithStartWorkflow", mock.Anything, mock.Anything).Return(nil, errors.New("temporal unavailable"))
+	catalog, err := loadCatalog(cfg)
+	require.NoError(t, err)
 	mux := http.NewServeMux()
-	require.NoError(t, mountOpsAPI(mux, cfg, tc, nil, ops.Disabled(), discard))
+	require.NoError(t, mountOpsAPI(mux, cfg, catalog, tc, nil, ops.Disabled(), discard))
 	srv := httptest.NewServer(mux)
 	defer srv.Close()
 
@@ -150,4 +153,23 @@ routes:
 func TestOwnQueues(t *testing.T) {
 	assert.Empty(t, ownQueues(config.Config{}))
 	assert.Equal(t, []string{"dead.archive"}, ownQueues(config.Config{ExpiredArchiveQueue: "dead.archive"}))
+}
+
+// The policy file is read once a process: the ops API routes with the catalogue the bridge
+// read, even when the file is gone (or changed) by the time the HTTP handler is built.
+func TestThePolicyFileIsReadOnceAProcess(t *testing.T) {
+	file := writePolicyFile(t, "policies:\n  orders:\n    backoff: {type: schedule, delays: [1s]}\n    max_retries: 1\nroutes:\n  - queue: orders.*\n    policy: orders\n")
+	cfg := unitConfig(config.ModeAll)
+	cfg.PolicyFile = file
+	p := connectedProcess(t, cfg, mocks.NewClient(t))
+
+	read, err := p.policyCatalog()
+	require.NoError(t, err)
+	require.NoError(t, os.Remove(file))
+
+	again, err := p.policyCatalog()
+	require.NoError(t, err)
+	assert.Same(t, read, again)
+	_, err = p.httpHandler(ops.Disabled())
+	assert.NoError(t, err, "the handler is built from the catalogue already read")
 }

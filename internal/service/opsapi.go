@@ -51,14 +51,10 @@ func opsAuth(cfg config.Config, logger *slog.Logger) (*ops.Auth, error) {
 	return auth, nil
 }
 
-// mountOpsAPI adds the operators' API and web page to mux.
-func mountOpsAPI(mux *http.ServeMux, cfg config.Config, tc ops.Temporal, dc converter.DataConverter, auth *ops.Auth, logger *slog.Logger) error {
-	// A pause starts a destination's breaker with the settings of the policy its messages
-	// are routed to, as the bridge would route them.
-	catalog, err := loadCatalog(cfg)
-	if err != nil {
-		return err
-	}
+// mountOpsAPI adds the operators' API and web page to mux. catalog is the process's policy
+// catalogue: a pause starts a destination's breaker with the settings of the policy its
+// messages are routed to, as the bridge routes them.
+func mountOpsAPI(mux *http.ServeMux, cfg config.Config, catalog *policy.Catalog, tc ops.Temporal, dc converter.DataConverter, auth *ops.Auth, logger *slog.Logger) error {
 	api, err := ops.NewAPI(ops.APIConfig{
 		Client:         tc,
 		DataConverter:  dc,

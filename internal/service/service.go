@@ -252,12 +252,13 @@ func (p *process) declareTopology() error {
 		PublishTimeout: p.cfg.PublishTimeout,
 		QueueType:      p.cfg.QueueType,
 	}
+	var catalog *policy.Catalog
 	if p.runsBridge() {
-		if p.catalog, err = loadCatalog(p.cfg); err != nil {
+		if catalog, err = p.policyCatalog(); err != nil {
 			return err
 		}
 	}
-	queues := broker.Topology(p.bcfg, p.cfg.RetryQueue, p.cfg.ManualReviewQueue, declaredDeadLetterQueues(p.cfg, p.catalog)...)
+	queues := broker.Topology(p.bcfg, p.cfg.RetryQueue, p.cfg.ManualReviewQueue, declaredDeadLetterQueues(p.cfg, catalog)...)
 	if err := broker.Declare(p.bcfg, p.logger.With("component", "declare"), queues...); err != nil {
 		return fmt.Errorf("declare topology: %w", err)
 	}
@@ -393,7 +394,11 @@ func (p *process) serveHTTP(auth *ops.Auth) error {
 func (p *process) httpHandler(auth *ops.Auth) (*http.ServeMux, error) {
 	mux := ops.Handler(p.reg, p.live, p.checks)
 	if p.runsOps() {
-		if err := mountOpsAPI(mux, p.cfg, p.tc, p.topts.DataConverter, auth, p.logger.With("component", "ops")); err != nil {
+		catalog, err := p.policyCatalog()
+		if err != nil {
+			return nil, err
+		}
+		if err := mountOpsAPI(mux, p.cfg, catalog, p.tc, p.topts.DataConverter, auth, p.logger.With("component", "ops")); err != nil {
 			return nil, err
 		}
 	}
@@ -459,6 +464,19 @@ func stopWorker(w sdkworker.Worker, fatal *worker.Fatal, wait time.Duration, log
 	case <-t.C:
 		logger.Warn("worker still stopping; not waiting longer", "component", "worker", "waited_ms", wait.Milliseconds())
 	}
+}
+
+// policyCatalog is the process's policy catalogue, read once: the bridge and the ops API
+// route with the same one, even if the policy file changes while the process starts.
+func (p *process) policyCatalog() (*policy.Catalog, error) {
+	if p.catalog == nil {
+		c, err := loadCatalog(p.cfg)
+		if err != nil {
+			return nil, err
+		}
+		p.catalog = c
+	}
+	return p.catalog, nil
 }
 
 // loadCatalog is the built-in catalogue and the policy file. DEFAULT_MAX_RETRIES,
