@@ -130,7 +130,10 @@ func bounded(s string, limit int) string {
 		return s
 	}
 	const mark = "…"
-	cut := max(limit-len(mark), 0)
+	if limit < len(mark) { // no room for the mark: the cut alone
+		return strings.ToValidUTF8(s[:limit], "")
+	}
+	cut := limit - len(mark)
 	for cut > 0 && !utf8.RuneStart(s[cut]) {
 		cut--
 	}

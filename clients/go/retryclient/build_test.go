@@ -131,6 +131,12 @@ func TestReasonBounded(t *testing.T) {
 
 	short := BuildMessage(amqp.Delivery{}, "q", errors.New("abcdef"), Options{MaxReasonBytes: 5})
 	require.Equal(t, "ab…", short.ErrorReason)
+
+	// Below the mark's 3 bytes the limit still holds, on a character boundary.
+	for limit, want := range map[int]string{1: "a", 2: "a"} {
+		m := BuildMessage(amqp.Delivery{}, "q", errors.New("aé"), Options{MaxReasonBytes: limit})
+		require.Equal(t, want, m.ErrorReason, "limit %d", limit)
+	}
 }
 
 func TestHTTPErrorText(t *testing.T) {

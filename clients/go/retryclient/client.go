@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"sync"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 )
@@ -16,7 +15,9 @@ type Client struct {
 	conn *amqp.Connection
 	opts Options
 
-	mu      sync.Mutex
+	// turn is held by the report being published: one at a time on the channel. A report
+	// waits for its turn only as long as its context allows.
+	turn    chan struct{}
 	ch      *amqp.Channel
 	returns chan amqp.Return
 	closed  bool
@@ -31,7 +32,7 @@ func New(conn *amqp.Connection, opts Options) (*Client, error) {
 	if conn == nil {
 		return nil, errors.New("retryclient: nil connection")
 	}
-	c := &Client{conn: conn, opts: opts}
+	c := &Client{conn: conn, opts: opts, turn: make(chan struct{}, 1)}
 	if err := c.open(); err != nil {
 		return nil, err
 	}
@@ -79,8 +80,12 @@ func (c *Client) Report(ctx context.Context, d amqp.Delivery, queue string, err 
 }
 
 func (c *Client) publish(ctx context.Context, id string, body []byte) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
+	select {
+	case c.turn <- struct{}{}:
+	case <-ctx.Done():
+		return fmt.Errorf("retryclient: wait for the report before it: %w", ctx.Err())
+	}
+	defer func() { <-c.turn }()
 	if c.closed {
 		return ErrClosed
 	}
@@ -122,8 +127,8 @@ func (c *Client) publish(ctx context.Context, id string, body []byte) error {
 
 // Close closes the client's channel; a Report after it fails with ErrClosed.
 func (c *Client) Close() error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
+	c.turn <- struct{}{}
+	defer func() { <-c.turn }()
 	c.closed = true
 	if c.ch == nil {
 		return nil

@@ -251,3 +251,26 @@ func TestConcurrentReportsArePublishedOneAtATime(t *testing.T) {
 	}
 	require.Equal(t, map[string]bool{"m-0": true, "m-1": true, "m-2": true, "m-3": true}, ids)
 }
+
+// A report waiting for the one before it to be confirmed waits only as long as its context
+// allows: it ends with the context's error and sends nothing, and the one before it is
+// still confirmed.
+func TestAReportWaitingItsTurnEndsWithItsContext(t *testing.T) {
+	b, conn := dialFake(t)
+	c := newClient(t, conn, Options{})
+	first := make(chan error, 1)
+	go func() {
+		first <- c.Report(context.Background(), amqp.Delivery{MessageId: "m-1"}, "orders", errors.New("boom"))
+	}()
+	p := b.nextPublish(t) // m-1 awaits its confirm, holding the channel
+
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	err := c.Report(ctx, amqp.Delivery{MessageId: "m-2"}, "orders", errors.New("boom"))
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.ErrorContains(t, err, "retryclient: wait for the report before it")
+
+	b.ack(p)
+	require.NoError(t, result(t, first))
+	require.Equal(t, "m-1", p.msg.MessageId)
+}
