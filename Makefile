@@ -51,6 +51,11 @@ E2E_PARALLEL ?= 6
 E2E_POSTGRES_SKIP ?= ^(TestFatalWorkerErrorEndsTheProcess|TestClusterNodeLossUnderLoad)$$
 # Why, in the PostgreSQL pass's skip report (each test E2E_POSTGRES_SKIP matches is listed).
 E2E_POSTGRES_SKIP_REASON ?= not run on PostgreSQL by E2E_POSTGRES_SKIP: what it checks does not depend on the engine; the dev-server pass runs it
+# 1: test-integration runs the PostgreSQL pass beside the dev-server tier (two servers, one
+# broker; each test has its own queues and task queue), its output shown when both have
+# ended; 0: after it. Most e2e time is waiting on timers, so the two passes together take
+# little more than the longer one.
+E2E_POSTGRES_BESIDE ?= 1
 
 # cmd/devserver and the devserver package find the CLI through $TEMPORAL_CLI, the server
 # and schema tool through $TEMPORAL_SERVER_DIR, PostgreSQL through $TEMPORAL_POSTGRES_*.
@@ -64,7 +69,7 @@ export RABBITMQ_URL
 help: ## List the targets
 	@echo "retry-scheduler: make <target>"
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-17s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
-	@echo "Variables (make VAR=value): CACHE RABBITMQ_URL TEMPORAL TEMPORAL_PORT TEMPORAL_POSTGRES_HOST TEMPORAL_POSTGRES_PORT TEMPORAL_POSTGRES_USER FUZZ_TIME FUZZ_LONG_TIME COVERAGE_GATES_FILE COVERAGE_GATES E2E_POSTGRES_SKIP E2E_POSTGRES_SKIP_REASON INTEGRATION_TIMEOUT E2E_TIMEOUT E2E_PARALLEL VERSION REVISION IMAGE HISTORIES"
+	@echo "Variables (make VAR=value): CACHE RABBITMQ_URL TEMPORAL TEMPORAL_PORT TEMPORAL_POSTGRES_HOST TEMPORAL_POSTGRES_PORT TEMPORAL_POSTGRES_USER FUZZ_TIME FUZZ_LONG_TIME COVERAGE_GATES_FILE COVERAGE_GATES E2E_POSTGRES_SKIP E2E_POSTGRES_SKIP_REASON E2E_POSTGRES_BESIDE INTEGRATION_TIMEOUT E2E_TIMEOUT E2E_PARALLEL VERSION REVISION IMAGE HISTORIES"
 	@echo "Under CI=true a test whose prerequisite is missing fails instead of skipping, and any skipped test fails the run."
 
 $(TEMPORAL_CLI):
@@ -239,20 +244,24 @@ AWAIT_ADDR = await() { \
 }
 
 # One dev server (free port, no UI, temp DB) for the packages that have integration tests,
-# named by TEMPORAL_ADDRESS, stopped when the tier ends whatever happens; then
-# test-e2e-postgres. Both results are printed. Only the tests of the integration files run
+# named by TEMPORAL_ADDRESS, stopped when the tier ends whatever happens; test-e2e-postgres
+# beside it (E2E_POSTGRES_BESIDE=1) or after it. Both results are printed. Only the tests of the integration files run
 # (-run INTEGRATION_TESTS): the unit tests of the same packages ran in the unit tier.
 # INTEGRATION_TESTS prints a -run pattern of every test function in a file built only with
 # the integration tag.
 INTEGRATION_TESTS = grep -rl --include='*_test.go' --exclude-dir=node_modules '^//go:build integration' . \
 	| xargs grep -ho '^func Test[A-Za-z0-9_]*' | sed 's/^func //' | sort -u | paste -sd'|' - | sed 's/.*/^(&)$$/'
 
-test-integration: tools temporal-server rabbitmq ## Integration tier (-tags integration) against one shared dev server, then test-e2e-postgres
-	@set -uo pipefail; tmp=$$(mktemp -d); pid=; \
-	cleanup() { if [ -n "$$pid" ]; then kill -TERM $$pid 2>/dev/null && wait $$pid; fi; rm -rf $$tmp; }; \
+test-integration: tools temporal-server rabbitmq ## Integration tier (-tags integration) against one shared dev server, test-e2e-postgres beside it
+	@set -uo pipefail; tmp=$$(mktemp -d); pid=; pgpid=; \
+	cleanup() { if [ -n "$$pid" ]; then kill -TERM $$pid 2>/dev/null && wait $$pid; fi; if [ -n "$$pgpid" ]; then wait $$pgpid; fi; rm -rf $$tmp; }; \
 	trap cleanup EXIT; trap 'exit 130' INT TERM; \
 	$(AWAIT_ADDR); \
 	$(GO) build -o $$tmp/devserver ./cmd/devserver || exit 1; \
+	if [ "$(E2E_POSTGRES_BESIDE)" = 1 ]; then \
+		echo "== e2e tests on Temporal $(TEMPORAL_SERVER_VERSION) on PostgreSQL: running beside the dev-server tier (their output follows it)"; \
+		$(MAKE) --no-print-directory test-e2e-postgres > $$tmp/postgres.out 2>&1 & pgpid=$$!; \
+	fi; \
 	$$tmp/devserver -for-test -db $$tmp/temporal.db -addr-file $$tmp/addr > $$tmp/devserver.out 2>&1 & pid=$$!; \
 	await $$tmp/addr $$pid 900 "Temporal dev server" $$tmp/devserver.out || exit 1; \
 	export TEMPORAL_ADDRESS=$$(cat $$tmp/addr); \
@@ -261,7 +270,11 @@ test-integration: tools temporal-server rabbitmq ## Integration tier (-tags inte
 	$(GO) test -race -json -tags integration -timeout $(INTEGRATION_TIMEOUT) -p 1 -parallel $(E2E_PARALLEL) -run "$$($(INTEGRATION_TESTS))" $$pkgs 2>&1 | $(TESTREPORT); rc=$$?; \
 	if [ $$rc != 0 ]; then echo "--- Temporal dev server log (last lines) ---"; tail -n 40 $$tmp/temporal.db.log; fi; \
 	kill -TERM $$pid 2>/dev/null && wait $$pid; pid=; unset TEMPORAL_ADDRESS; \
-	$(MAKE) --no-print-directory test-e2e-postgres; pgrc=$$?; \
+	if [ -n "$$pgpid" ]; then \
+		wait $$pgpid; pgrc=$$?; pgpid=; cat $$tmp/postgres.out; \
+	else \
+		$(MAKE) --no-print-directory test-e2e-postgres; pgrc=$$?; \
+	fi; \
 	result() { if [ $$1 = 0 ]; then echo ok; else echo FAILED; fi; }; \
 	echo "== integration tests on the Temporal dev server: $$(result $$rc)"; \
 	echo "== e2e tests on Temporal $(TEMPORAL_SERVER_VERSION) on PostgreSQL: $$(result $$pgrc)"; \

@@ -10,7 +10,9 @@
 // something no load moves (a Temporal outage on a server of their own, the SDK's
 // fatal-error grace, the replay job itself) call t.Parallel: go test runs them together
 // after the others (the Makefile's -parallel lets all of them run at once), which takes the
-// longest of them instead of their sum.
+// longest of them instead of their sum. make test runs the package twice at once, on the dev
+// server and on PostgreSQL (E2E_POSTGRES_BESIDE): what a test judges must hold with the other
+// pass busy on the same two cores.
 package e2e
 
 import (
