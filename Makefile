@@ -56,6 +56,10 @@ E2E_POSTGRES_SKIP_REASON ?= not run on PostgreSQL by E2E_POSTGRES_SKIP: what it 
 # ended; 0: after it. Most e2e time is waiting on timers, so the two passes together take
 # little more than the longer one.
 E2E_POSTGRES_BESIDE ?= 1
+# The PostgreSQL pass's race detector: off by default. The unit and dev-server tiers run every
+# test with -race; the PostgreSQL pass checks the engine, and -race makes each e2e process
+# take several times the CPU the two passes share (set -race to have it).
+E2E_POSTGRES_RACE ?=
 
 # cmd/devserver and the devserver package find the CLI through $TEMPORAL_CLI, the server
 # and schema tool through $TEMPORAL_SERVER_DIR, PostgreSQL through $TEMPORAL_POSTGRES_*.
@@ -69,7 +73,7 @@ export RABBITMQ_URL
 help: ## List the targets
 	@echo "retry-scheduler: make <target>"
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-17s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
-	@echo "Variables (make VAR=value): CACHE RABBITMQ_URL TEMPORAL TEMPORAL_PORT TEMPORAL_POSTGRES_HOST TEMPORAL_POSTGRES_PORT TEMPORAL_POSTGRES_USER FUZZ_TIME FUZZ_LONG_TIME COVERAGE_GATES_FILE COVERAGE_GATES E2E_POSTGRES_SKIP E2E_POSTGRES_SKIP_REASON E2E_POSTGRES_BESIDE INTEGRATION_TIMEOUT E2E_TIMEOUT E2E_PARALLEL VERSION REVISION IMAGE HISTORIES"
+	@echo "Variables (make VAR=value): CACHE RABBITMQ_URL TEMPORAL TEMPORAL_PORT TEMPORAL_POSTGRES_HOST TEMPORAL_POSTGRES_PORT TEMPORAL_POSTGRES_USER FUZZ_TIME FUZZ_LONG_TIME COVERAGE_GATES_FILE COVERAGE_GATES E2E_POSTGRES_SKIP E2E_POSTGRES_SKIP_REASON E2E_POSTGRES_BESIDE E2E_POSTGRES_RACE INTEGRATION_TIMEOUT E2E_TIMEOUT E2E_PARALLEL VERSION REVISION IMAGE HISTORIES"
 	@echo "Under CI=true a test whose prerequisite is missing fails instead of skipping, and any skipped test fails the run."
 
 $(TEMPORAL_CLI):
@@ -287,7 +291,7 @@ test-integration: tools temporal-server rabbitmq ## Integration tier (-tags inte
 # two server processes of their own on PostgreSQL, about 20 s each.
 E2E_POSTGRES_TAGS = integration temporalhosts
 
-test-e2e-postgres: temporal-server rabbitmq ## e2e tests (-tags integration temporalhosts) against the Temporal server on PostgreSQL
+test-e2e-postgres: temporal-server rabbitmq ## e2e tests (-tags integration temporalhosts; -race with E2E_POSTGRES_RACE=-race) against the Temporal server on PostgreSQL
 	@set -uo pipefail; tmp=$$(mktemp -d); pid=; \
 	cleanup() { if [ -n "$$pid" ]; then kill -TERM $$pid 2>/dev/null && wait $$pid; fi; rm -rf $$tmp; }; \
 	trap cleanup EXIT; trap 'exit 130' INT TERM; \
@@ -300,9 +304,9 @@ test-e2e-postgres: temporal-server rabbitmq ## e2e tests (-tags integration temp
 	: > $$tmp/excluded; \
 	if [ -n '$(E2E_POSTGRES_SKIP)' ]; then \
 		echo "== not run on PostgreSQL, by E2E_POSTGRES_SKIP (run on the dev server above): $(E2E_POSTGRES_SKIP)"; \
-		$(GO) test -race -tags '$(E2E_POSTGRES_TAGS)' -list '$(E2E_POSTGRES_SKIP)' ./e2e/ > $$tmp/excluded || { cat $$tmp/excluded; exit 1; }; \
+		$(GO) test $(E2E_POSTGRES_RACE) -tags '$(E2E_POSTGRES_TAGS)' -list '$(E2E_POSTGRES_SKIP)' ./e2e/ > $$tmp/excluded || { cat $$tmp/excluded; exit 1; }; \
 	fi; \
-	$(GO) test -race -json -tags '$(E2E_POSTGRES_TAGS)' -timeout $(E2E_TIMEOUT) -p 1 -parallel $(E2E_PARALLEL) -skip '$(E2E_POSTGRES_SKIP)' ./e2e/ 2>&1 \
+	$(GO) test $(E2E_POSTGRES_RACE) -json -tags '$(E2E_POSTGRES_TAGS)' -timeout $(E2E_TIMEOUT) -p 1 -parallel $(E2E_PARALLEL) -skip '$(E2E_POSTGRES_SKIP)' ./e2e/ 2>&1 \
 		| $(TESTREPORT) -excluded $$tmp/excluded -excluded-reason '$(E2E_POSTGRES_SKIP_REASON)'; rc=$$?; \
 	if [ $$rc != 0 ]; then echo "--- Temporal server log (last lines) ---"; tail -n 40 $$tmp/temporal.log; fi; \
 	exit $$rc

@@ -80,10 +80,8 @@ func (c *Client) Report(ctx context.Context, d amqp.Delivery, queue string, err 
 }
 
 func (c *Client) publish(ctx context.Context, id string, body []byte) error {
-	select {
-	case c.turn <- struct{}{}:
-	case <-ctx.Done():
-		return fmt.Errorf("retryclient: wait for the report before it: %w", ctx.Err())
+	if err := c.takeTurn(ctx); err != nil {
+		return err
 	}
 	defer func() { <-c.turn }()
 	if c.closed {
@@ -123,6 +121,22 @@ func (c *Client) publish(ctx context.Context, id string, body []byte) error {
 		return fmt.Errorf("retryclient: the broker refused the report to %s (nack)", ingress)
 	}
 	return nil
+}
+
+// takeTurn waits for the report before this one to be confirmed, no longer than ctx allows.
+// A free turn is taken even when ctx is done: the publish then fails with ctx's error.
+func (c *Client) takeTurn(ctx context.Context) error {
+	select {
+	case c.turn <- struct{}{}:
+		return nil
+	default:
+	}
+	select {
+	case c.turn <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("retryclient: wait for the report before it: %w", ctx.Err())
+	}
 }
 
 // Close closes the client's channel; a Report after it fails with ErrClosed.
