@@ -76,6 +76,10 @@ type connState struct {
 
 // confirmChannel is a channel in confirm mode with its own listeners. Only the publish holding
 // its slot touches it, so its fields need no lock.
+// closeReasonWait bounds the wait for a closed channel's reason (confirmChannel.closed); the
+// library hands it over right after marking the channel closed.
+const closeReasonWait = 250 * time.Millisecond
+
 type confirmChannel struct {
 	conn    *connState
 	ch      *amqp.Channel
@@ -413,6 +417,16 @@ func (cc *confirmChannel) closed() *amqp.Error {
 		default:
 			if !cc.ch.IsClosed() {
 				return nil
+			}
+			// The library marks a channel closed before it hands the reason to NotifyClose:
+			// wait for the reason (a 406 decides that the message is refused) rather than
+			// keep a bare ErrClosed for good.
+			select {
+			case e, ok := <-cc.closes:
+				if ok && e != nil {
+					cc.closeReason = e
+				}
+			case <-time.After(closeReasonWait):
 			}
 			cc.closedSeen = true
 		}

@@ -141,7 +141,7 @@ func TestAChannelIsClosedOnceTheClientSaysSo(t *testing.T) {
 	})
 	t.Run("closed before its listener heard", func(t *testing.T) {
 		// amqp091 tells a full listener in the background, so the channel can be closed
-		// with nothing on cc.closes yet.
+		// with nothing on cc.closes yet: after closeReasonWait without a reason, ErrClosed.
 		cc := openFakeChannel(t, p)
 		cc.closes = make(chan *amqp.Error, 1)
 		require.NoError(t, cc.ch.Close())
@@ -193,4 +193,24 @@ func TestCloseReleasesAPublishWaitingForAChannel(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the publish still waits after Close")
 	}
+}
+
+// The library marks a channel closed before it hands the close's reason to NotifyClose: a
+// look in between waits for the reason instead of keeping a bare ErrClosed, which would make
+// a refused message (406) look like a lost channel.
+func TestAChannelClosedButNotYetToldWhyWaitsForTheReason(t *testing.T) {
+	newFakeBroker(t)
+	p, _ := newFakePublisher(t, Config{})
+	cc := openFakeChannel(t, p)
+	require.NoError(t, cc.ch.Close())
+	told := make(chan *amqp.Error, 1)
+	cc.closes = told // the library's notification, not delivered yet
+	reason := &amqp.Error{Code: amqp.PreconditionFailed, Reason: "PRECONDITION_FAILED - x", Server: true}
+	go func() {
+		time.Sleep(20 * time.Millisecond) // the gap between marking closed and telling why
+		told <- reason
+	}()
+
+	assert.Same(t, reason, cc.closed())
+	assert.Same(t, reason, cc.closed(), "the reason is kept")
 }
