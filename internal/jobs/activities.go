@@ -76,13 +76,33 @@ func (a *Activities) JobApply(ctx context.Context, req ApplyRequest) ([]Applied,
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
-		ictx, cancel := context.WithTimeout(ctx, ItemTimeout)
-		r := a.Items.Apply(ictx, req.Target, id)
-		cancel()
-		r.ID = id
-		out = append(out, r)
+		out = append(out, a.applyOne(ctx, req.Target, id))
+	}
+	// An item that failed before anything was sent to it (on a loaded server its state query
+	// can outlast ItemTimeout) is tried once more, after the others, while the activity has
+	// time left for it: it would otherwise count as failed, though nothing was wrong with it.
+	for i := range out {
+		if !out[i].Unsent {
+			continue
+		}
+		if dl, ok := ctx.Deadline(); ok && time.Until(dl) < 2*ItemTimeout {
+			break
+		}
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		out[i] = a.applyOne(ctx, req.Target, out[i].ID)
 	}
 	return out, nil
+}
+
+// applyOne acts on id within ItemTimeout.
+func (a *Activities) applyOne(ctx context.Context, t Target, id string) Applied {
+	ictx, cancel := context.WithTimeout(ctx, ItemTimeout)
+	defer cancel()
+	r := a.Items.Apply(ictx, t, id)
+	r.ID = id
+	return r
 }
 
 // JobOutcomes reads the outcome of each replayed item, a few at a time.

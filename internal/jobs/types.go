@@ -208,6 +208,9 @@ type Applied struct {
 	Attempts    int           `json:"attempts,omitempty"`
 	Resets      int           `json:"resets,omitempty"`
 	QuietWindow time.Duration `json:"quiet_window,omitempty"`
+	// Unsent marks a failure before anything was sent to the item (its state could not be
+	// read): JobApply tries it once more. Kept within the activity, not recorded.
+	Unsent bool `json:"-"`
 }
 
 // Items is what a job does to items: the ops API's own code for one item.

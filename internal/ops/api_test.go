@@ -58,6 +58,8 @@ type fakeTemporal struct {
 	// onQuery, when set, sees a message's state before each state query answers it (the
 	// fake's lock held): a test settles a retry there as the workflow would, later.
 	onQuery func(s *workflows.State)
+	// queryFails is how many of an item's next state queries fail, as on a loaded server.
+	queryFails map[string]int
 	// jobs are the jobs started.
 	jobs []fakeJob
 	// itemUpdates are the edits and snoozes applied, in order.
@@ -211,6 +213,10 @@ func (f *fakeTemporal) QueryWorkflow(_ context.Context, id, _, _ string, _ ...in
 	}
 	if f.delayed[id] != nil {
 		return nil, serviceerror.NewWorkflowNotReady("Workflow task is not scheduled yet.")
+	}
+	if f.queryFails[id] > 0 {
+		f.queryFails[id]--
+		return nil, context.DeadlineExceeded
 	}
 	if f.onQuery != nil {
 		f.onQuery(s)

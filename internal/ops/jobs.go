@@ -107,7 +107,9 @@ func (j jobItems) Apply(ctx context.Context, t jobs.Target, id string) jobs.Appl
 	}
 	l, err := j.a.applyLoaded(ctx, Principal{Name: t.Actor, Tenant: t.Tenant}, act, id, t.Reason, only)
 	if err != nil {
-		return jobs.Applied{Err: err.Error()}
+		// A 503 comes from reading the item, before its signal: nothing was sent.
+		var ae *apiError
+		return jobs.Applied{Err: err.Error(), Unsent: errors.As(err, &ae) && ae.Status == http.StatusServiceUnavailable}
 	}
 	return jobs.Applied{Attempts: len(l.state.Attempts), Resets: l.state.Resets, QuietWindow: l.state.Policy.QuietWindow}
 }

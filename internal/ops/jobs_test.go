@@ -16,6 +16,8 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/retry-scheduler/retry-scheduler/internal/jobs"
+	"github.com/retry-scheduler/retry-scheduler/internal/workflows"
+	"github.com/retry-scheduler/retry-scheduler/message"
 )
 
 // fakeJob is a job the fake was asked to start.
@@ -122,4 +124,27 @@ func TestAJobThatDoesNotAnswerSaysItsProgressIsUnknown(t *testing.T) {
 	assert.Equal(t, "o", job["actor"], "what the memo says")
 	assert.Contains(t, job["progress_unknown"], "did not answer")
 	assert.EqualValues(t, -1, job["total"])
+}
+
+// A job's item whose state cannot be read failed before anything was sent to it: it is marked
+// Unsent, for the job to try again. A refusal after reading it is not.
+func TestAJobItemWhoseStateIsUnreadableIsUnsent(t *testing.T) {
+	dead := item("orders", "d", workflows.StatusDead, t0, "")
+	h := newHarness(t, dead, item("orders", "s", workflows.StatusScheduled, t0, ""))
+	h.fake.queryFails = map[string]int{dead.WorkflowID: 1}
+	items, err := NewJobItems(APIConfig{Client: h.fake, TaskQueue: "tq", Now: func() time.Time { return t0 }})
+	require.NoError(t, err)
+	retry := jobs.Target{Action: "retry", Actor: "o", Only: []string{"dead"}}
+
+	r := items.Apply(context.Background(), retry, dead.WorkflowID)
+	assert.True(t, r.Unsent, "%+v", r)
+	assert.Contains(t, r.Err, "cannot read the state")
+
+	r = items.Apply(context.Background(), retry, dead.WorkflowID)
+	assert.Empty(t, r.Err)
+	assert.False(t, r.Unsent)
+
+	r = items.Apply(context.Background(), retry, message.WorkflowID("orders", "s"))
+	assert.Contains(t, r.Err, "is scheduled, not dead")
+	assert.False(t, r.Unsent, "refused after reading it: not to be tried again")
 }
