@@ -167,7 +167,8 @@ type process struct {
 	topts        client.Options
 	tc           client.Client
 	bcfg         broker.Config
-	// catalog is the policy catalogue, loaded where a bridge routes by it.
+	// catalog is the policy catalogue, read once by policyCatalog: the bridge and the ops API
+	// route by it.
 	catalog *policy.Catalog
 	pub     *broker.Publisher
 	// g runs the process's loops; ctx ends when one of them fails or Run's context is done.
