@@ -250,8 +250,8 @@ AWAIT_ADDR = await() { \
 # One dev server (free port, no UI, temp DB) for the packages that have integration tests,
 # named by TEMPORAL_ADDRESS, stopped when the tier ends whatever happens; test-e2e-postgres
 # beside it (E2E_POSTGRES_BESIDE=1) or after it. Both results are printed. Only the tests of
-# the integration files run
-# (-run INTEGRATION_TESTS): the unit tests of the same packages ran in the unit tier.
+# the integration files run (-run INTEGRATION_TESTS): the unit tests of the same packages
+# ran in the unit tier.
 # INTEGRATION_TESTS prints a -run pattern of every test function in a file built only with
 # the integration tag.
 INTEGRATION_TESTS = grep -rl --include='*_test.go' --exclude-dir=node_modules '^//go:build integration' . \
