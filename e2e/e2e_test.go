@@ -183,12 +183,23 @@ func TestPoisonAndOversizeAreDeadLettered(t *testing.T) {
 	require.Equal(t, "good", c.next(t, 30*time.Second).MessageId, "the bridge still runs after poison")
 }
 
-// 6. The worker killed with SIGKILL while a retry waits; a new worker fires it.
+// 6. The worker killed with SIGKILL while a retry waits; a new worker fires it. Once with
+// the first delay as the workflow's start delay (a lever, off by default), once as a timer
+// of the run the killed worker has cached (the default): its task then waits on the dead
+// worker's sticky queue until Temporal gives it to another (WORKFLOW_STICKY_TIMEOUT, 30 s).
 func TestWorkerKilledWhileRetryWaits(t *testing.T) {
+	t.Run("start delay", func(t *testing.T) {
+		workerKilledWhileRetryWaits(t, 10*time.Second, "delivered-signal-with-start-delay")
+	})
+	t.Run("timer of a cached run", func(t *testing.T) {
+		workerKilledWhileRetryWaits(t, 0, "")
+	})
+}
+
+func workerKilledWhileRetryWaits(t *testing.T, startDelayMax time.Duration, history string) {
 	s := newStack(t)
 	bin := buildBinary(t)
-	// The start-delay lever (off by default): its runs must survive a killed worker too.
-	s.cfg.StartDelayMax = 10 * time.Second
+	s.cfg.StartDelayMax = startDelayMax
 	s.run("bridge")
 	orders := s.queue(s.prefix+".slow-orders", nil) // routed to the 4 s policy
 	c := s.consume(orders, nil)
@@ -196,18 +207,22 @@ func TestWorkerKilledWhileRetryWaits(t *testing.T) {
 	w1 := s.startWorker(t, bin)
 	s.publishRetry(message.RetryMessage{MessageID: "m-6", OriginalPayload: []byte("durable"), OriginalQueue: orders, ErrorReason: "503"})
 	id := message.WorkflowID(orders, "m-6")
-	// The 4 s first delay is waited as the workflow's start delay (START_DELAY_MAX): the
-	// search attributes say scheduled from the start; the run has no task before it ends.
+	// The search attributes say scheduled from the start with a start delay (the run has
+	// no task before it ends), and after the run's first task with a timer.
 	s.waitRetryStatus(id, workflows.StatusScheduled, 20*time.Second)
 	require.NoError(t, w1.Process.Kill()) // SIGKILL
 	_ = w1.Wait()
+	killed := time.Now()
 
 	s.startWorker(t, bin)
 	d := c.next(t, 60*time.Second)
+	t.Logf("republished %s after the kill", time.Since(killed).Round(100*time.Millisecond))
 	require.Equal(t, []byte("durable"), d.Body)
 	require.EqualValues(t, 1, d.Headers["x-retry-count"])
 	require.Equal(t, workflows.StatusDelivered, s.workflowResult(id, 60*time.Second).Status)
-	s.recordHistory(id, "delivered-signal-with-start-delay")
+	if history != "" {
+		s.recordHistory(id, history)
+	}
 }
 
 // 7. Every connection of the service force-closed during a run of 500 messages: every one

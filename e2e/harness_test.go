@@ -22,6 +22,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -39,6 +40,7 @@ import (
 	"github.com/retry-scheduler/retry-scheduler/internal/broker/brokertest"
 	"github.com/retry-scheduler/retry-scheduler/internal/config"
 	"github.com/retry-scheduler/retry-scheduler/internal/devserver"
+	"github.com/retry-scheduler/retry-scheduler/internal/freeport"
 	"github.com/retry-scheduler/retry-scheduler/internal/service"
 	"github.com/retry-scheduler/retry-scheduler/internal/workflows"
 	"github.com/retry-scheduler/retry-scheduler/internal/workflows/historytest"
@@ -126,7 +128,7 @@ func newStackWith(t *testing.T, temporal *devserver.Server, opts stackOptions) *
 	dir := t.TempDir()
 	pf := filepath.Join(dir, "policies.yaml")
 	require.NoError(t, os.WriteFile(pf, []byte(policyFile), 0o600))
-	port, err := devserver.FreePort()
+	port, err := freeport.Get()
 	require.NoError(t, err)
 	args := []string{
 		"-rabbitmq-url", s.brokerURL,
@@ -519,13 +521,44 @@ func discard() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, ni
 
 func eventually(t *testing.T, timeout time.Duration, f func() error) {
 	t.Helper()
+	eventuallyEvery(t, timeout, 50*time.Millisecond, f)
+}
+
+// awaitProgress calls check once a second until it says finished. check's mark measures
+// progress (higher is nearer); the wait fails when the mark has not risen for stall, or after
+// limit in all. On a loaded server (CI on 2 cores) a long count or job is told from a stuck
+// one by whether it moves, not by a fixed total.
+func awaitProgress(t *testing.T, stall, limit time.Duration, check func() (finished bool, mark int, state string)) {
+	t.Helper()
+	began := time.Now()
+	best, moved := math.MinInt, began
+	for {
+		finished, mark, state := check()
+		if finished {
+			return
+		}
+		if mark > best {
+			best, moved = mark, time.Now()
+		}
+		if time.Since(moved) > stall || time.Since(began) > limit {
+			t.Fatalf("%s; no progress for %s, %s in all", state,
+				time.Since(moved).Round(time.Second), time.Since(began).Round(time.Second))
+		}
+		time.Sleep(time.Second)
+	}
+}
+
+// eventuallyEvery is eventually for a check that costs the server work (a query, a count),
+// made every interval.
+func eventuallyEvery(t *testing.T, timeout, interval time.Duration, f func() error) {
+	t.Helper()
 	deadline := time.Now().Add(timeout)
 	var err error
 	for time.Now().Before(deadline) {
 		if err = f(); err == nil {
 			return
 		}
-		time.Sleep(50 * time.Millisecond)
+		time.Sleep(interval)
 	}
 	t.Fatalf("condition not met within %s: %v", timeout, err)
 }

@@ -12,7 +12,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/retry-scheduler/retry-scheduler/internal/devserver"
+	"github.com/retry-scheduler/retry-scheduler/internal/freeport"
 )
 
 // serviceProcess is one of the stack's service processes run from the binary, so that a
@@ -29,7 +29,7 @@ type serviceProcess struct {
 // the test ends; its output is logged if the test failed.
 func (s *stack) startProcess(t *testing.T, bin, mode, name string) *serviceProcess {
 	t.Helper()
-	port, err := devserver.FreePort()
+	port, err := freeport.Get()
 	require.NoError(t, err)
 	addr := "127.0.0.1:" + strconv.Itoa(port)
 	// A later flag wins over the stack's own -http-addr.

@@ -37,6 +37,7 @@ import (
 	"github.com/retry-scheduler/retry-scheduler/internal/codec"
 	"github.com/retry-scheduler/retry-scheduler/internal/config"
 	"github.com/retry-scheduler/retry-scheduler/internal/devserver"
+	"github.com/retry-scheduler/retry-scheduler/internal/freeport"
 	"github.com/retry-scheduler/retry-scheduler/internal/service"
 	"github.com/retry-scheduler/retry-scheduler/internal/workflows"
 	"github.com/retry-scheduler/retry-scheduler/message"
@@ -112,7 +113,7 @@ func TestSecurityServiceOverTLSLogsNoSecrets(t *testing.T) {
 	dir := t.TempDir()
 	pf := filepath.Join(dir, "policies.yaml")
 	require.NoError(t, os.WriteFile(pf, []byte(policyFile), 0o600))
-	port, err := devserver.FreePort()
+	port, err := freeport.Get()
 	require.NoError(t, err)
 	httpAddr := "127.0.0.1:" + strconv.Itoa(port)
 

@@ -21,7 +21,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/retry-scheduler/retry-scheduler/internal/broker/brokertest"
-	"github.com/retry-scheduler/retry-scheduler/internal/devserver"
+	"github.com/retry-scheduler/retry-scheduler/internal/freeport"
 	"github.com/retry-scheduler/retry-scheduler/internal/service"
 	"github.com/retry-scheduler/retry-scheduler/internal/workflows"
 	"github.com/retry-scheduler/retry-scheduler/message"
@@ -45,7 +45,7 @@ func TestShutdownMidPublishLetsThePublishFinish(t *testing.T) {
 	cfg := s.cfg
 	cfg.Mode = "worker"
 	cfg.RabbitMQURL = proxy.url(t, brokertest.URL())
-	port, err := devserver.FreePort()
+	port, err := freeport.Get()
 	require.NoError(t, err)
 	cfg.HTTPAddr = "127.0.0.1:" + strconv.Itoa(port)
 	require.Greater(t, cfg.WorkerStopTimeout, cfg.PublishTimeout)
@@ -92,7 +92,7 @@ func TestShutdownMidPublishLetsThePublishFinish(t *testing.T) {
 	var logB lockedBuffer
 	cfgB := s.cfg
 	cfgB.Mode = "worker"
-	portB, err := devserver.FreePort()
+	portB, err := freeport.Get()
 	require.NoError(t, err)
 	cfgB.HTTPAddr = "127.0.0.1:" + strconv.Itoa(portB)
 	ctxB, stopB := context.WithCancel(context.Background())

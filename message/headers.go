@@ -69,6 +69,10 @@ const (
 // is depth 1 there: 31 here keeps every republish readable.
 const MaxHeaderDepth = 31
 
+// MaxRetryCount bounds every retry count a report carries (retry_count, max_retries,
+// x-retry-count). It is past any policy's retries: a larger count is a bug or an attack.
+const MaxRetryCount = 10000
+
 // deniedHeaders and deniedHeaderPrefixes are the headers that never travel with a message
 // (HeaderDenied says why).
 var (

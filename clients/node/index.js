@@ -20,6 +20,9 @@ const CATEGORIES = Object.freeze({
   VALIDATION: 'validation',
 });
 
+// MAX_RETRY_COUNT is the service's limit on a report's retry count.
+const MAX_RETRY_COUNT = 10000;
+
 // Headers that never travel with a retry: the scheduler's own (each republish sets fresh
 // ones), the broker's dead-lettering history, routing extras and one failure's detail.
 const DENIED_HEADERS = new Set(['cc', 'bcc', 'x-death', 'x-delay', 'user-id', 'x-retry-count', 'x-retry-key', 'x-stack-trace', 'x-http-status', 'x-retry-after']);
@@ -148,10 +151,12 @@ function header(headers, name) {
   return undefined;
 }
 
+// A count past the service's limit is sent as the limit, past every policy's retries: the
+// message is dead-lettered as exhausted instead of starting over or being parked as poison.
 function retryCount(headers) {
   const v = header(headers, 'x-retry-count');
   const n = typeof v === 'bigint' ? Number(v) : v;
-  return Number.isInteger(n) && n >= 0 && n <= 2 ** 30 ? n : 0;
+  return Number.isInteger(n) && n >= 0 ? Math.min(n, MAX_RETRY_COUNT) : 0;
 }
 
 function retryKey(headers) {

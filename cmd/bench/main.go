@@ -29,6 +29,7 @@ import (
 	sdklog "go.temporal.io/sdk/log"
 
 	"github.com/retry-scheduler/retry-scheduler/internal/devserver"
+	"github.com/retry-scheduler/retry-scheduler/internal/freeport"
 )
 
 func main() {
@@ -181,7 +182,7 @@ func (e *environment) startServer(ctx context.Context) (*server, error) {
 		e.log.Info("Temporal cluster", "address", e.c.TemporalAddress, "namespace", e.c.Namespace, "metrics", e.c.ServerMetrics)
 		return &server{Server: &devserver.Server{Address: e.c.TemporalAddress, Namespace: e.c.Namespace}, metricsURL: e.c.ServerMetrics}, nil
 	}
-	port, err := devserver.FreePort()
+	port, err := freeport.Get()
 	if err != nil {
 		return nil, err
 	}

@@ -15,7 +15,7 @@ import (
 
 	"github.com/retry-scheduler/retry-scheduler/internal/broker"
 	"github.com/retry-scheduler/retry-scheduler/internal/config"
-	"github.com/retry-scheduler/retry-scheduler/internal/devserver"
+	"github.com/retry-scheduler/retry-scheduler/internal/freeport"
 	"github.com/retry-scheduler/retry-scheduler/internal/proc"
 	"github.com/retry-scheduler/retry-scheduler/internal/workflows"
 	"github.com/retry-scheduler/retry-scheduler/message"
@@ -115,7 +115,7 @@ func (p *pipeline) start(ctx context.Context, phase string) error {
 	}
 	p.svcs = map[string]*proc.Process{}
 	for role, mode := range roles {
-		port, err := devserver.FreePort()
+		port, err := freeport.Get()
 		if err != nil {
 			return err
 		}

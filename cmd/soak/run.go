@@ -15,7 +15,7 @@ import (
 	"github.com/retry-scheduler/retry-scheduler/internal/broker"
 	"github.com/retry-scheduler/retry-scheduler/internal/checkout"
 	"github.com/retry-scheduler/retry-scheduler/internal/config"
-	"github.com/retry-scheduler/retry-scheduler/internal/devserver"
+	"github.com/retry-scheduler/retry-scheduler/internal/freeport"
 	"github.com/retry-scheduler/retry-scheduler/message"
 )
 
@@ -135,7 +135,7 @@ routes:
 
 	// The service: workers and bridges, each its own process.
 	svcArgs := func(mode string, amqpProxy, temporalProxy *proxyGroup) ([]string, string, error) {
-		port, err := devserver.FreePort()
+		port, err := freeport.Get()
 		if err != nil {
 			return nil, "", err
 		}

@@ -32,8 +32,6 @@ const (
 const (
 	// DefaultMaxMessageBytes keeps a report well under Temporal's 2 MB payload limit.
 	DefaultMaxMessageBytes = 512 << 10
-	// MaxRetryCount bounds retry_count, max_retries and x-retry-count.
-	MaxRetryCount = 10000
 	// MaxRetryAfter bounds retry_after_ms and x-retry-after.
 	MaxRetryAfter = 30 * 24 * time.Hour
 	// maxNameLen is AMQP's short-string limit: names, most properties, field-table keys.
@@ -374,8 +372,8 @@ func checkCount(field string, v int64) *PoisonError {
 	if v < 0 {
 		return poisonf("%s is negative (%d)", field, v)
 	}
-	if v > MaxRetryCount {
-		return poisonf("%s is %d, over the limit of %d", field, v, MaxRetryCount)
+	if v > message.MaxRetryCount {
+		return poisonf("%s is %d, over the limit of %d", field, v, message.MaxRetryCount)
 	}
 	return nil
 }

@@ -7,6 +7,8 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 	"google.golang.org/protobuf/encoding/protowire"
+
+	"github.com/retry-scheduler/retry-scheduler/message"
 )
 
 // checkDecoded is the fuzz invariant: Decode never panics, fails only with a *PoisonError,
@@ -29,7 +31,7 @@ func checkDecoded(t *testing.T, d Delivery) {
 	if len(rep.Message.OriginalQueue) > maxNameLen || len(rep.Message.OriginalExchange) > maxNameLen {
 		t.Fatalf("accepted name over %d bytes", maxNameLen)
 	}
-	if rep.RetryCount < 0 || rep.RetryCount > MaxRetryCount || rep.Failure.RetryAfter < 0 || rep.Failure.RetryAfter > MaxRetryAfter {
+	if rep.RetryCount < 0 || rep.RetryCount > message.MaxRetryCount || rep.Failure.RetryAfter < 0 || rep.Failure.RetryAfter > MaxRetryAfter {
 		t.Fatalf("accepted out-of-range count or retry-after: %+v", rep)
 	}
 	if _, err := json.Marshal(rep); err != nil {

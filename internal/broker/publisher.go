@@ -74,12 +74,12 @@ type connState struct {
 	reason  atomic.Pointer[string] // why the broker blocks, while blocked
 }
 
-// confirmChannel is a channel in confirm mode with its own listeners. Only the publish holding
-// its slot touches it, so its fields need no lock.
 // closeReasonWait bounds the wait for a closed channel's reason (confirmChannel.closed); the
 // library hands it over right after marking the channel closed.
 const closeReasonWait = 250 * time.Millisecond
 
+// confirmChannel is a channel in confirm mode with its own listeners. Only the publish holding
+// its slot touches it, so its fields need no lock.
 type confirmChannel struct {
 	conn    *connState
 	ch      *amqp.Channel

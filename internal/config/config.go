@@ -133,6 +133,10 @@ type Config struct {
 	// WorkflowPollers is how many workflow-task pollers the worker runs. Env WORKFLOW_POLLERS,
 	// flag -workflow-pollers. Defaults to worker.DefaultWorkflowPollers.
 	WorkflowPollers int
+	// StickyTimeout is how long a workflow task waits for the worker that has its workflow
+	// cached before any worker may take it. Env WORKFLOW_STICKY_TIMEOUT, flag
+	// -workflow-sticky-timeout. Defaults to worker.DefaultStickyTimeout.
+	StickyTimeout time.Duration
 	// BridgeWorkers is how many deliveries the bridge handles at once. Env
 	// BRIDGE_WORKERS, flag -bridge-workers. Defaults to bridge.DefaultWorkers.
 	BridgeWorkers int
@@ -347,6 +351,7 @@ func Default() Config {
 		MetricsMaxQueues:   labels.DefaultMaxQueues,
 		BridgeWorkers:      bridge.DefaultWorkers,
 		WorkflowPollers:    worker.DefaultWorkflowPollers,
+		StickyTimeout:      worker.DefaultStickyTimeout,
 		PublishTimeout:     broker.DefaultPublishTimeout,
 		WorkerStopTimeout:  worker.DefaultStopTimeout,
 		StartDelayMax:      DefaultStartDelayMax,

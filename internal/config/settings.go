@@ -101,6 +101,7 @@ func (c *Config) settings() []setting {
 		{"DEAD_LETTER_MAX_BYTES", "largest dead-letter envelope published; beyond it the payload goes as a message of its own (keep it under the broker's max_message_size)", (*integer)(&c.DeadLetterMaxBytes)},
 		{"METRICS_MAX_QUEUES", "ceiling of distinct queue label values per process; later queues are labelled " + labels.Overflow, (*integer)(&c.MetricsMaxQueues)},
 		{"WORKFLOW_POLLERS", "workflow-task pollers of the worker", (*integer)(&c.WorkflowPollers)},
+		{"WORKFLOW_STICKY_TIMEOUT", "how long a workflow task waits for the worker that has its workflow cached before any worker may take it", (*duration)(&c.StickyTimeout)},
 		{"BRIDGE_WORKERS", "deliveries the bridge handles at once", (*integer)(&c.BridgeWorkers)},
 		{"PUBLISH_TIMEOUT", "deadline of one publish and its confirm", (*duration)(&c.PublishTimeout)},
 		{"BRIDGE_DEFER_MAX", "longest first retry delay the bridge defers a new report for, keeping its delivery unacked, before the run starts and republishes at once (0: never)", (*duration)(&c.BridgeDeferMax)},

@@ -6,6 +6,7 @@ import (
 	"net"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/retry-scheduler/retry-scheduler/internal/broker"
 	"github.com/retry-scheduler/retry-scheduler/internal/deadletter"
@@ -142,6 +143,9 @@ func (c Config) validateBridge(p *problems) {
 func (c Config) validateWorker(p *problems) {
 	if c.WorkflowPollers < 2 {
 		p.add("WORKFLOW_POLLERS (%d) must be 2 or more (the sticky and the normal queue)", c.WorkflowPollers)
+	}
+	if c.StickyTimeout < time.Second {
+		p.add("WORKFLOW_STICKY_TIMEOUT (%s) must be 1s or more", c.StickyTimeout)
 	}
 	if c.PublishTimeout <= 0 {
 		p.add("PUBLISH_TIMEOUT (%s) must be above 0", c.PublishTimeout)

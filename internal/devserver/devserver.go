@@ -25,6 +25,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/retry-scheduler/retry-scheduler/internal/freeport"
 	"github.com/retry-scheduler/retry-scheduler/internal/proc"
 
 	"go.temporal.io/api/workflowservice/v1"
@@ -236,7 +237,7 @@ func (s *Server) resolve(o Options) error {
 	case o.UIPort == 0 && o.Port+1000 <= 65535:
 		o.UIPort = o.Port + 1000
 	case o.UIPort == 0:
-		p, err := FreePort()
+		p, err := freeport.Get()
 		if err != nil {
 			return err
 		}
@@ -285,7 +286,7 @@ func resolvePort(port int) (int, error) {
 		return 0, fmt.Errorf("devserver: port %d out of range", port)
 	}
 	if port == 0 {
-		return FreePort()
+		return freeport.Get()
 	}
 	return port, nil
 }
@@ -573,14 +574,4 @@ func sweepTempDirs(release func(dir string) bool) {
 		}
 		_ = os.RemoveAll(dir)
 	}
-}
-
-// FreePort returns a TCP port on 127.0.0.1 that was free a moment ago.
-func FreePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("devserver: free port: %w", err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }

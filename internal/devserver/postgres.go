@@ -20,6 +20,7 @@ import (
 	"text/template"
 	"time"
 
+	"github.com/retry-scheduler/retry-scheduler/internal/freeport"
 	"github.com/retry-scheduler/retry-scheduler/internal/proc"
 
 	enumspb "go.temporal.io/api/enums/v1"
@@ -370,7 +371,7 @@ func freePorts(frontend int) (pgPorts, error) {
 	}
 	ps := pgPorts{Frontend: frontend}
 	for _, p := range []*int{&ps.History, &ps.Matching, &ps.Worker} {
-		if err := pick(p, FreePort); err != nil {
+		if err := pick(p, freeport.Get); err != nil {
 			return ps, err
 		}
 	}

@@ -22,6 +22,7 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 
+	"github.com/retry-scheduler/retry-scheduler/internal/freeport"
 	"github.com/retry-scheduler/retry-scheduler/internal/workflows"
 )
 
@@ -38,7 +39,7 @@ func postgresOptions(t *testing.T) Options {
 func TestPostgresEngine(t *testing.T) {
 	began := time.Now()
 	o := postgresOptions(t)
-	metricsPort, err := FreePort()
+	metricsPort, err := freeport.Get()
 	require.NoError(t, err)
 	o.Postgres.MetricsAddress = "127.0.0.1:" + strconv.Itoa(metricsPort)
 	s := startOwnedForTest(t, o)

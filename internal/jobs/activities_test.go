@@ -2,8 +2,10 @@ package jobs
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -61,4 +63,57 @@ func TestJobApplyLeavesAnUnsentItemWithoutTimeForIt(t *testing.T) {
 	require.NoError(t, err)
 	assert.True(t, out[0].Unsent)
 	assert.Equal(t, 1, u.calls["a"])
+}
+
+// waitingItems holds each Apply until applyParallel of them are in flight at once (or the
+// item's context ends, as it would one after the other), and records the most in flight.
+type waitingItems struct {
+	Items
+	mu       sync.Mutex
+	inFlight int
+	most     int
+	full     chan struct{}
+	once     sync.Once
+}
+
+func (w *waitingItems) Apply(ctx context.Context, _ Target, id string) Applied {
+	w.mu.Lock()
+	w.inFlight++
+	w.most = max(w.most, w.inFlight)
+	if w.inFlight == applyParallel {
+		w.once.Do(func() { close(w.full) })
+	}
+	w.mu.Unlock()
+	defer func() {
+		w.mu.Lock()
+		w.inFlight--
+		w.mu.Unlock()
+	}()
+	select {
+	case <-w.full:
+		return Applied{Attempts: len(id)}
+	case <-ctx.Done():
+		return Applied{Err: ctx.Err().Error()}
+	}
+}
+
+// A batch's items are acted on applyParallel at a time, never more, and their results come
+// back in the ids' order.
+func TestJobApplyActsOnSeveralItemsAtATime(t *testing.T) {
+	w := &waitingItems{full: make(chan struct{})}
+	ids := make([]string, 3*applyParallel)
+	for i := range ids {
+		ids[i] = strings.Repeat("x", i+1)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+
+	out, err := (&Activities{Items: w}).JobApply(ctx, ApplyRequest{IDs: ids})
+	require.NoError(t, err)
+
+	assert.Equal(t, applyParallel, w.most)
+	require.Len(t, out, len(ids))
+	for i, r := range out {
+		assert.Equal(t, Applied{ID: ids[i], Attempts: i + 1}, r)
+	}
 }

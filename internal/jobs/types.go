@@ -155,10 +155,14 @@ type Progress struct {
 	// ProgressUnknown, set by the ops API only, says why the counts are not the job's: its
 	// workflow did not answer (no worker polls, or none has started it yet), so what is shown
 	// comes from the job's memo and Done, Failed, Total and Remaining are not known.
-	ProgressUnknown string     `json:"progress_unknown,omitempty"`
-	CancelledBy     string     `json:"cancelled_by,omitempty"`
-	StartedAt       time.Time  `json:"started_at"`
-	EndedAt         *time.Time `json:"ended_at,omitempty"`
+	ProgressUnknown string `json:"progress_unknown,omitempty"`
+	// ProgressAsOf, set by the ops API only, says that the job's workflow did not answer this
+	// read in time (a batch kept it busy on a loaded server): the counts are its last answer
+	// to this ops process, at this time.
+	ProgressAsOf *time.Time `json:"progress_as_of,omitempty"`
+	CancelledBy  string     `json:"cancelled_by,omitempty"`
+	StartedAt    time.Time  `json:"started_at"`
+	EndedAt      *time.Time `json:"ended_at,omitempty"`
 	// Runs counts the workflow runs (continue-as-new) the job took.
 	Runs int `json:"runs"`
 	// Outcomes, on a bulk retry, counts how the items sent the retry fared so far. The ops API

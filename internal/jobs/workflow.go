@@ -18,7 +18,7 @@ const (
 	// DefaultSettleEvery is how often a canary replay reads its replayed items' outcomes.
 	DefaultSettleEvery = time.Second
 	// batchSeconds is how long one batch takes at the job's rate: the items are acted on, then
-	// the job waits out the rest of it. Progress and a cancel are seen that often.
+	// the job waits that long. Progress and a cancel are seen that often.
 	batchSeconds = 1
 	// maxBatch bounds a batch at high rates.
 	maxBatch = 200

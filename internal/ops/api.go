@@ -161,6 +161,8 @@ type API struct {
 	settleEvery time.Duration
 	// outcomes remembers the settled outcomes of the bulk retry jobs shown (jobOutcomes).
 	outcomes outcomeCache
+	// progress remembers the last progress of the running jobs shown (jobProgress).
+	progress progressCache
 	// scans holds a token per scan running (acquireScan).
 	scans chan struct{}
 	// patterns are the API's routes as Register mounted them ("GET /api/whoami", ...).

@@ -60,8 +60,10 @@ type fakeTemporal struct {
 	onQuery func(s *workflows.State)
 	// queryFails is how many of an item's next state queries fail, as on a loaded server.
 	queryFails map[string]int
-	// jobs are the jobs started.
-	jobs []fakeJob
+	// jobs are the jobs started; jobProgress, a job's answer to its progress query (none: the
+	// query fails, as with no worker).
+	jobs        []fakeJob
+	jobProgress map[string]jobs.Progress
 	// itemUpdates are the edits and snoozes applied, in order.
 	itemUpdates []any
 }
@@ -205,6 +207,14 @@ func (f *fakeTemporal) QueryWorkflow(_ context.Context, id, _, _ string, _ ...in
 	defer f.mu.Unlock()
 	if b, ok := f.breakers[id]; ok {
 		j, err := json.Marshal(b)
+		return encoded{j}, err
+	}
+	if p, ok := f.jobProgress[id]; ok {
+		if f.queryFails[id] > 0 {
+			f.queryFails[id]--
+			return nil, context.DeadlineExceeded
+		}
+		j, err := json.Marshal(p)
 		return encoded{j}, err
 	}
 	s, ok := f.wfs[id]

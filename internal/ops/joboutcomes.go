@@ -56,14 +56,7 @@ func (c *outcomeCache) entry(id string) *jobOutcomes {
 		return e
 	}
 	if len(c.jobs) >= maxOutcomeJobs {
-		var oldest string
-		var at time.Time
-		for k, e := range c.jobs {
-			if oldest == "" || e.at.Before(at) {
-				oldest, at = k, e.at
-			}
-		}
-		delete(c.jobs, oldest)
+		forgetOldest(c.jobs, func(e *jobOutcomes) time.Time { return e.at })
 	}
 	e := &jobOutcomes{settled: map[string]RetryOutcome{}}
 	c.jobs[id] = e

@@ -252,7 +252,14 @@ func (a *API) jobProgress(ctx context.Context, base jobs.Progress, status enumsp
 	case enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING:
 		v, err := a.cfg.Client.QueryWorkflow(ctx, base.ID, "", jobs.QueryProgress)
 		if err == nil && v.Get(&out) == nil {
+			a.progress.remember(base.ID, out, a.cfg.Now())
 			return out
+		}
+		// Busy past the read's timeout: its last answer here, with its time.
+		if last, at, ok := a.progress.last(base.ID); ok {
+			at = at.UTC()
+			last.ProgressAsOf = &at
+			return last
 		}
 		// Not started by a worker yet, or no worker polls: what the memo says.
 		base.State = jobs.StateRunning

@@ -126,6 +126,42 @@ func TestAJobThatDoesNotAnswerSaysItsProgressIsUnknown(t *testing.T) {
 	assert.EqualValues(t, -1, job["total"])
 }
 
+// A running job whose workflow answered once and then not in time (a batch keeps it busy on a
+// loaded server) is shown with its last counts and their time, not as unknown.
+func TestAJobThatDoesNotAnswerInTimeShowsItsLastCounts(t *testing.T) {
+	h := newHarness(t)
+	code, out := h.do("o", "POST", "/api/dead-letters/bulk-discard", `{"ids":["retry/orders/a","retry/orders/b"]}`)
+	require.Equal(t, 202, code, out)
+	id := out["job"].(map[string]any)["id"].(string)
+	h.fake.mu.Lock()
+	h.fake.jobProgress = map[string]jobs.Progress{id: {ID: id, Kind: jobs.KindBulkDiscard, Action: "discard", State: jobs.StateRunning, Actor: "o",
+		Total: 2, Done: 1, Remaining: 1, StartedAt: t0}}
+	h.fake.queryFails = map[string]int{id: 2}
+	h.fake.mu.Unlock()
+
+	// Unanswered before any answer: unknown, from the memo.
+	code, out = h.do("v", "GET", "/api/jobs/"+id, "")
+	require.Equal(t, 200, code, out)
+	assert.Contains(t, out["job"].(map[string]any)["progress_unknown"], "did not answer")
+
+	h.fake.queryFails[id] = 0
+	code, out = h.do("v", "GET", "/api/jobs/"+id, "")
+	require.Equal(t, 200, code, out)
+	answered := out["job"].(map[string]any)
+	assert.EqualValues(t, 1, answered["done"])
+	assert.NotContains(t, answered, "progress_as_of", "answered now")
+
+	h.fake.queryFails[id] = 1
+	code, out = h.do("v", "GET", "/api/jobs/"+id, "")
+	require.Equal(t, 200, code, out)
+	late := out["job"].(map[string]any)
+	assert.EqualValues(t, 1, late["done"], "the last answer's counts")
+	assert.EqualValues(t, 2, late["total"])
+	assert.Equal(t, "running", late["state"])
+	assert.NotContains(t, late, "progress_unknown")
+	assert.Equal(t, t0.UTC().Format(time.RFC3339), late["progress_as_of"], "the time of the last answer")
+}
+
 // A job's item whose state cannot be read failed before anything was sent to it: it is marked
 // Unsent, for the job to try again. A refusal after reading it is not.
 func TestAJobItemWhoseStateIsUnreadableIsUnsent(t *testing.T) {

@@ -27,6 +27,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/retry-scheduler/retry-scheduler/internal/broker/brokertest"
+	"github.com/retry-scheduler/retry-scheduler/internal/freeport"
 	"github.com/retry-scheduler/retry-scheduler/internal/proc"
 	"github.com/retry-scheduler/retry-scheduler/internal/testenv"
 )
@@ -357,11 +358,11 @@ func (c *Cluster) write(name, content string, mode os.FileMode) error {
 	return nil
 }
 
-// distinctPort is brokertest.FreePortFrom, not one of taken (ports chosen for nodes not yet
+// distinctPort is freeport.From, not one of taken (ports chosen for nodes not yet
 // listening), added to taken.
 func distinctPort(from int, taken *[]int) (int, error) {
 	for {
-		p, err := brokertest.FreePortFrom(from)
+		p, err := freeport.From(from)
 		if err != nil {
 			return 0, err
 		}

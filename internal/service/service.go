@@ -291,7 +291,8 @@ func (p *process) startWorker() (sdkworker.Worker, error) {
 		return nil, err
 	}
 	w := worker.New(p.tc, worker.Options{TaskQueue: cfg.TaskQueue, StopTimeout: cfg.WorkerStopTimeout, WorkflowPollers: cfg.WorkflowPollers,
-		Jobs: &jobs.Activities{Items: items},
+		StickyTimeout: cfg.StickyTimeout,
+		Jobs:          &jobs.Activities{Items: items},
 		OnFatalError: func(err error) {
 			p.fatal.Report(err)
 			logger.Error("worker stopped on a fatal error; shutting down", "component", "worker", "task_queue", cfg.TaskQueue, "error", err)

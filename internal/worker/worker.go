@@ -25,6 +25,14 @@ const (
 	DefaultStopTimeout = 30 * time.Second
 	// DefaultMaxConcurrentLocalActivities bounds concurrent publishes.
 	DefaultMaxConcurrentLocalActivities = 256
+	// DefaultStickyTimeout is how long a workflow task waits on the sticky queue of the
+	// worker that has its workflow cached before Temporal moves it to the normal queue. The
+	// SDK's 5 s is reached whenever the engine is behind: each task that times out costs two
+	// more history events and a replay elsewhere, so an engine overloaded for a minute served
+	// 16–18 retries/s where it serves 25–26 with 30 s (cmd/bench/README.md, Levers). The cost: a
+	// task sent to a worker that has just crashed waits up to this long (a worker that stops
+	// cleanly hands its tasks back at once).
+	DefaultStickyTimeout = 30 * time.Second
 )
 
 // Options tune the worker.
@@ -39,6 +47,9 @@ type Options struct {
 	// MaxConcurrentLocalActivities bounds concurrent publishes. Defaults to
 	// DefaultMaxConcurrentLocalActivities.
 	MaxConcurrentLocalActivities int
+	// StickyTimeout is the sticky queue's schedule-to-start timeout. Defaults to
+	// DefaultStickyTimeout.
+	StickyTimeout time.Duration
 	// OnFatalError is called once, on its own goroutine, with the error that stopped the
 	// worker for good (the SDK stops the worker when it returns); it must not block. Fatal.Report
 	// fits. Defaults to nil: the worker stops and nobody is told.
@@ -60,6 +71,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.MaxConcurrentLocalActivities <= 0 {
 		o.MaxConcurrentLocalActivities = DefaultMaxConcurrentLocalActivities
+	}
+	if o.StickyTimeout <= 0 {
+		o.StickyTimeout = DefaultStickyTimeout
 	}
 	return o
 }
@@ -88,6 +102,7 @@ func SDKOptions(o Options) sdkworker.Options {
 		WorkerStopTimeout:                       o.StopTimeout,
 		MaxConcurrentWorkflowTaskPollers:        o.WorkflowPollers,
 		MaxConcurrentLocalActivityExecutionSize: o.MaxConcurrentLocalActivities,
+		StickyScheduleToStartTimeout:            o.StickyTimeout,
 		OnFatalError:                            o.OnFatalError,
 		// Every activity of the workflows is local, and always was: activity-task pollers
 		// would only hold long polls open on the server for tasks that never come. A job's

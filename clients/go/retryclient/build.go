@@ -100,14 +100,19 @@ func header(h amqp.Table, name string) (any, bool) {
 }
 
 // retryCount is the delivery's x-retry-count: how many retries it has had (0 for a first
-// delivery).
+// delivery, or when the header is not a count). A count past the service's limit is sent as
+// the limit, which is past every policy's retries: the message is dead-lettered as exhausted,
+// where a forged count would otherwise be parked as poison or, read as 0, start over.
 func retryCount(h amqp.Table) int {
 	v, _ := header(h, message.HeaderRetryCount)
+	if u, ok := v.(uint64); ok && u > message.MaxRetryCount {
+		return message.MaxRetryCount
+	}
 	n, ok := message.HeaderInt64(v)
-	if !ok || n < 0 || n > 1<<30 {
+	if !ok || n < 0 {
 		return 0
 	}
-	return int(n)
+	return int(min(n, message.MaxRetryCount))
 }
 
 func retryKey(h amqp.Table) string {

@@ -15,6 +15,8 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/require"
+
+	"github.com/retry-scheduler/retry-scheduler/message"
 )
 
 // statusError is a third-party error carrying an HTTP status.
@@ -110,10 +112,19 @@ func TestBuildMessageFirstDelivery(t *testing.T) {
 }
 
 func TestRetryCountJunk(t *testing.T) {
-	for _, v := range []any{"3", int64(-1), int64(1 << 40), 2.5, nil} {
+	for _, v := range []any{"3", int64(-1), 2.5, nil} {
 		require.Zero(t, retryCount(amqp.Table{"x-retry-count": v}), "%#v", v)
 	}
 	require.Equal(t, 7, retryCount(amqp.Table{"x-retry-count": uint8(7)}))
+}
+
+// A forged count past the service's limit must neither start the message over (0) nor be
+// refused by the service as poison: the limit is past every policy's retries.
+func TestRetryCountPastTheLimitIsTheLimit(t *testing.T) {
+	for _, v := range []any{int32(message.MaxRetryCount + 1), int64(1 << 40), uint64(1 << 63)} {
+		require.Equal(t, message.MaxRetryCount, retryCount(amqp.Table{"x-retry-count": v}), "%#v", v)
+	}
+	require.Equal(t, message.MaxRetryCount, retryCount(amqp.Table{"x-retry-count": int32(message.MaxRetryCount)}))
 }
 
 func TestRetryAfterCapped(t *testing.T) {

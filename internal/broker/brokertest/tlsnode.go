@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/retry-scheduler/retry-scheduler/internal/freeport"
 	"github.com/retry-scheduler/retry-scheduler/internal/proc"
 	"github.com/retry-scheduler/retry-scheduler/internal/testenv"
 )
@@ -208,29 +209,9 @@ func isFile(p string) bool {
 // distribution ports, which must leave room above them for rabbitmqctl).
 func FreePort(tb testing.TB, from int) int {
 	tb.Helper()
-	p, err := FreePortFrom(from)
+	p, err := freeport.From(from)
 	if err != nil {
 		tb.Fatal(err)
 	}
 	return p
-}
-
-// FreePortFrom is FreePort for a program without a testing.TB.
-func FreePortFrom(from int) (int, error) {
-	if from == 0 {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return 0, fmt.Errorf("free port: %w", err)
-		}
-		defer l.Close()
-		return l.Addr().(*net.TCPAddr).Port, nil
-	}
-	start := from + int(time.Now().UnixNano()%4000)
-	for p := start; p < start+2000; p++ {
-		if l, err := net.Listen("tcp", ":"+strconv.Itoa(p)); err == nil {
-			_ = l.Close()
-			return p, nil
-		}
-	}
-	return 0, fmt.Errorf("no free port from %d", start)
 }

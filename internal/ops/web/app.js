@@ -385,7 +385,8 @@ function jobLine(j, label) {
   const head = j.state === 'running' ? label + ': ' : label + (j.state === 'completed' ? ' complete' : ' ' + j.state) + ': ';
   if (j.progress_unknown) return head + 'progress not known: ' + j.progress_unknown + '.';
   const errs = j.errors ? Object.entries(j.errors).slice(0, 3).map(([id, why]) => id + ': ' + why).join('; ') : '';
-  return head + j.done + '/' + total + ' succeeded' + (j.failed ? ', ' + j.failed + ' failed' : '') + '.' +
+  const asOf = j.progress_as_of ? ' (as of ' + new Date(j.progress_as_of).toLocaleTimeString() + ': the job did not answer the last read in time)' : '';
+  return head + j.done + '/' + total + ' succeeded' + (j.failed ? ', ' + j.failed + ' failed' : '') + '.' + asOf +
     (j.state !== 'running' && j.stopped ? ' ' + j.stopped + '.' : '') + (j.state !== 'running' && errs ? ' ' + errs : '');
 }
 
