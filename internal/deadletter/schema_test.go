@@ -2,6 +2,7 @@ package deadletter
 
 import (
 	"encoding/json"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -58,8 +59,7 @@ func bridgeEnvelope(kind string) message.Envelope {
 // inline or apart, matches docs/envelope.schema.json.
 func TestPublishedEnvelopesMatchTheSchema(t *testing.T) {
 	envs := map[string]message.Envelope{}
-	for _, reason := range []string{policy.CauseExhausted, policy.CauseNonRetryable, policy.CauseMaxWindow,
-		policy.CauseManual, "skipped", message.PoisonKindPoison, message.PoisonKindOversize} {
+	for _, reason := range message.DeadReasons {
 		envs["workflow/"+reason] = workflowEnvelope(reason)
 	}
 	for _, kind := range []string{message.PoisonKindPoison, message.PoisonKindOversize} {
@@ -102,4 +102,20 @@ func TestTheSchemaRefusesWhatItDoesNotDescribe(t *testing.T) {
 		require.NoError(t, err)
 		assert.Error(t, schematest.Validate(body), name)
 	}
+}
+
+// The schema's dead reasons are the code's, no more and no fewer: a reason the workflow or
+// the bridge emits that the schema lacks would make every such envelope invalid.
+func TestTheSchemasDeadReasonsAreTheCodes(t *testing.T) {
+	raw, err := os.ReadFile(schematest.Path())
+	require.NoError(t, err)
+	var doc struct {
+		Properties struct {
+			DeadReason struct {
+				Enum []string `json:"enum"`
+			} `json:"deadReason"`
+		} `json:"properties"`
+	}
+	require.NoError(t, json.Unmarshal(raw, &doc))
+	assert.ElementsMatch(t, message.DeadReasons, doc.Properties.DeadReason.Enum)
 }

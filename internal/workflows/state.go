@@ -32,12 +32,12 @@ func (s Status) Terminal() bool {
 	return false
 }
 
-// Dead-letter causes besides the policy's (policy.Cause*).
+// Dead-letter causes besides the policy's (policy.Cause*); message.DeadReasons lists them all.
 const (
-	CauseSkipped        = "skipped"
-	CauseUnroutable     = "unroutable"
-	CauseUnpublishable  = "unpublishable"
-	CauseRepublishError = "republish-failed"
+	CauseSkipped        = message.DeadReasonSkipped
+	CauseUnroutable     = message.DeadReasonUnroutable
+	CauseUnpublishable  = message.DeadReasonUnpublishable
+	CauseRepublishError = message.DeadReasonRepublishFailed
 )
 
 // DefaultRetention is how long a dead message stays parked for an operator unless configured
