@@ -26,7 +26,7 @@ ARG REVISION=
 RUN --mount=type=cache,target=/go/pkg/mod \
     --mount=type=cache,target=/root/.cache/go-build \
     go build -trimpath \
-      -ldflags "-s -w -X github.com/retry-scheduler/retry-scheduler/buildinfo.version=${VERSION} -X github.com/retry-scheduler/retry-scheduler/buildinfo.revision=${REVISION}" \
+      -ldflags "-s -w -X github.com/retry-scheduler/retry-scheduler/internal/buildinfo.version=${VERSION} -X github.com/retry-scheduler/retry-scheduler/internal/buildinfo.revision=${REVISION}" \
       -o /out/retry-scheduler ./cmd/retry-scheduler
 
 # A static binary needs no libc: distroless static, its nonroot variant. Pinned by tag, not

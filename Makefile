@@ -151,7 +151,7 @@ rabbitmq: ## Make sure RabbitMQ answers at RABBITMQ_URL (starts a local rabbitmq
 # metric, the default SERVICE_VERSION) and the image's labels.
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 REVISION ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
-LDFLAGS := -X github.com/retry-scheduler/retry-scheduler/buildinfo.version=$(VERSION) -X github.com/retry-scheduler/retry-scheduler/buildinfo.revision=$(REVISION)
+LDFLAGS := -X github.com/retry-scheduler/retry-scheduler/internal/buildinfo.version=$(VERSION) -X github.com/retry-scheduler/retry-scheduler/internal/buildinfo.revision=$(REVISION)
 IMAGE ?= retry-scheduler
 
 build: ## Build all commands into bin/, version-stamped

@@ -1,7 +1,7 @@
 // Package buildinfo is this build's identity: its version, its VCS revision and the Go that
 // built it. The release build stamps version and revision with the linker:
 //
-//	go build -ldflags "-X github.com/retry-scheduler/retry-scheduler/buildinfo.version=1.4.0 -X github.com/retry-scheduler/retry-scheduler/buildinfo.revision=$(git rev-parse HEAD)" ./cmd/retry-scheduler
+//	go build -ldflags "-X github.com/retry-scheduler/retry-scheduler/internal/buildinfo.version=1.4.0 -X github.com/retry-scheduler/retry-scheduler/internal/buildinfo.revision=$(git rev-parse HEAD)" ./cmd/retry-scheduler
 //
 // Without them both come from what the go command records in the binary
 // (runtime/debug.ReadBuildInfo), so a plain `go build` in a checkout names its commit too.
@@ -14,7 +14,7 @@ import (
 	"sync"
 )
 
-// Set with -ldflags "-X github.com/retry-scheduler/retry-scheduler/buildinfo.version=... -X github.com/retry-scheduler/retry-scheduler/buildinfo.revision=...".
+// Set with -ldflags "-X github.com/retry-scheduler/retry-scheduler/internal/buildinfo.version=... -X github.com/retry-scheduler/retry-scheduler/internal/buildinfo.revision=...".
 var (
 	version  string
 	revision string

@@ -29,7 +29,7 @@ func TestDockerfileGoMatchesGoMod(t *testing.T) {
 // leave the image reporting "dev".
 func TestDockerfileStampsBuildInfo(t *testing.T) {
 	df := readFile(t, "../../Dockerfile")
-	for _, x := range []string{"-X github.com/retry-scheduler/retry-scheduler/buildinfo.version=${VERSION}", "-X github.com/retry-scheduler/retry-scheduler/buildinfo.revision=${REVISION}"} {
+	for _, x := range []string{"-X github.com/retry-scheduler/retry-scheduler/internal/buildinfo.version=${VERSION}", "-X github.com/retry-scheduler/retry-scheduler/internal/buildinfo.revision=${REVISION}"} {
 		assert.Contains(t, df, x)
 	}
 	assert.Contains(t, df, "\nLABEL org.opencontainers.image.title=\"retry-scheduler\"\n")
