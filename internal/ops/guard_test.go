@@ -59,6 +59,26 @@ func TestStateChangingCallsNeedJSON(t *testing.T) {
 	assert.Equal(t, http.StatusOK, code)
 }
 
+// A call with no body needs no content type when it carries credentials (a browser sends
+// an Authorization header cross-site only after a preflight); without them it still does.
+func TestBodilessCallsWithCredentialsNeedNoContentType(t *testing.T) {
+	h := newHarness(t, item("orders", "d1", workflows.StatusDead, t0, ""))
+	id := item("orders", "d1", workflows.StatusDead, t0, "").WorkflowID
+
+	req := httptest.NewRequest("DELETE", "/api/dead-letters/"+id, nil)
+	rec := httptest.NewRecorder()
+	h.srv.ServeHTTP(rec, req)
+	assert.Equal(t, http.StatusUnsupportedMediaType, rec.Code, "no credentials: %s", rec.Body.String())
+	assert.Equal(t, workflows.StatusDead, h.fake.wfs[id].Status)
+
+	req = httptest.NewRequest("DELETE", "/api/dead-letters/"+id, nil)
+	req.Header.Set("Authorization", "Bearer "+secrets["a"])
+	rec = httptest.NewRecorder()
+	h.srv.ServeHTTP(rec, req)
+	assert.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
+	assert.Equal(t, workflows.StatusDiscarded, h.fake.wfs[id].Status)
+}
+
 // blockingTemporal holds every visibility list until released, telling when one is waiting.
 type blockingTemporal struct {
 	*fakeTemporal
