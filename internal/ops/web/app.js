@@ -329,11 +329,59 @@ async function retryAction(path, id) {
   const early = setTimeout(refreshAll, 1000);
   try {
     const r = await api('POST', path + '?wait=' + RETRY_WAIT, {});
-    const o = r.outcome || { result: 'pending', status: r.state.status };
+    clearTimeout(early);
+    let o = r.outcome || { result: 'pending', status: r.state.status };
+    if (o.result === 'pending' && r.state) {
+      refreshAll();
+      o = await followOutcome(id, r.state);
+      if (!o) return; // another action took the progress line
+    }
     setProgress(verbs.retry + ' ' + id + ': ' + outcomeLine(o), o.result === 'failed_again' || o.result === 'dead');
   } finally {
     clearTimeout(early);
   }
+}
+
+// OUTCOME_POLL_MS is how often the page reads a retried message whose outcome is pending.
+const OUTCOME_POLL_MS = 2000;
+// OUTCOME_MARGIN_MS is how long past the policy's quiet window the page keeps reading: the
+// republish itself, and a loaded engine's lag, come on top of the window.
+const OUTCOME_MARGIN_MS = 60000;
+
+// followOutcome reads a retried message after the call's own wait ran out, until it settles
+// or its policy's quiet window (plus a margin) has passed: a message counts as delivered only
+// once its quiet window passed without a new failure, and every built-in window is longer than
+// the call's wait. before is the state the retry answered with (read after the retry was
+// applied): an attempt beyond its attempts is a new failure. It answers the outcome, or null
+// when another action took the progress line meanwhile.
+async function followOutcome(id, before) {
+  const line = verbs.retry + ' ' + id + ': republished; waiting for its quiet window to pass without a new failure…';
+  const windowMs = before.policy && before.policy.quiet_window > 0 ? before.policy.quiet_window / 1e6 : 0;
+  const until = Date.now() + windowMs + OUTCOME_MARGIN_MS;
+  const seen = (before.attempts || []).length;
+  setProgress(line);
+  let status = before.status;
+  while (Date.now() < until) {
+    await new Promise(res => setTimeout(res, OUTCOME_POLL_MS));
+    if ($('#progress').textContent !== line) return null;
+    let r;
+    try {
+      r = await api('GET', 'messages/' + encodeURIComponent(id));
+    } catch (e) {
+      if (e.status === 401) return null;
+      continue;
+    }
+    const st = r.state;
+    status = st ? st.status : (r.workflow && r.workflow.status) || status;
+    if (status === 'delivered') return { result: 'delivered', status };
+    const attempts = st ? st.attempts || [] : [];
+    if (attempts.length > seen || (status === 'dead' && before.status !== 'dead')) {
+      const last = attempts.length > seen ? attempts[attempts.length - 1] : {};
+      return { result: status === 'dead' ? 'dead' : 'failed_again', status, error: last.error || (st && st.dead_reason) || '', category: last.category };
+    }
+    if (['resolved', 'discarded', 'expired'].includes(status)) return { result: 'closed', status };
+  }
+  return { result: 'pending', status, waited: true };
 }
 
 // outcomeLine says a retry's outcome in words.
@@ -344,7 +392,7 @@ function outcomeLine(o) {
     case 'failed_again': return 'Failed again' + why + '.';
     case 'dead': return 'Failed again and moved to the dead letters' + why + '.';
     case 'closed': return 'Now ' + o.status + '.';
-    default: return 'Still pending (now ' + o.status + '): no outcome within ' + RETRY_WAIT + '.';
+    default: return 'Still pending (now ' + o.status + '): no outcome ' + (o.waited ? 'within its quiet window' : 'within ' + RETRY_WAIT) + '; see the message for what happens next.';
   }
 }
 
