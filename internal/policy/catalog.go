@@ -158,7 +158,11 @@ func (c *Catalog) DeadLetterQueues() []string {
 // Guard is the catalog's destinations with the scheduler's own queues: ingress and
 // manualReview (the global dead-letter queue), every dead-letter queue the catalog names,
 // and any other queue the service declares (others).
+// A nil catalog is the built-in one: the secure default destinations.
 func (c *Catalog) Guard(ingress, manualReview string, others ...string) *Guard {
+	if c == nil {
+		c = &Catalog{}
+	}
 	own := map[string]string{}
 	for _, q := range others {
 		own[q] = "queue"

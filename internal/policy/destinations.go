@@ -68,6 +68,19 @@ func (d Destination) what() string {
 	return fmt.Sprintf("exchange %q with routing key %q (original queue %q)", d.Exchange, d.RoutingKey, d.Queue)
 }
 
+// queues are the queues d names: its original queue and, through the default exchange, the
+// queue its routing key names, where the publish lands.
+func (d Destination) queues() []string {
+	if d.Exchange == "" && d.RoutingKey != "" && d.RoutingKey != d.Queue {
+		return []string{d.Queue, d.RoutingKey}
+	}
+	return []string{d.Queue}
+}
+
+// brokerQueuePrefix starts the broker's own queue names (amq.gen-* server-named queues,
+// amq.rabbitmq.reply-to direct reply-to), which are never a destination.
+const brokerQueuePrefix = "amq."
+
 // brokerExchangePrefix starts the broker's own exchanges (amq.direct, amq.topic,
 // amq.rabbitmq.trace, ...), which the secure default never republishes to.
 const brokerExchangePrefix = "amq."
@@ -145,11 +158,16 @@ func (g *Guard) OwnQueues() []string {
 // Check says whether the scheduler may republish to d: nil, or an error whose text begins
 // "destination not allowed: " and says what was refused and why.
 func (g *Guard) Check(d Destination) error {
-	if role, ok := g.own[d.Queue]; ok {
-		return notAllowed("queue %q is the scheduler's own %s", d.Queue, role)
-	}
-	if !allowedQueue(g.rules.Queues, d.Queue) {
-		return notAllowed("queue %q matches no pattern in destinations.queues", d.Queue)
+	for _, q := range d.queues() {
+		if role, ok := g.own[q]; ok {
+			return notAllowed("queue %q is the scheduler's own %s", q, role)
+		}
+		if strings.HasPrefix(q, brokerQueuePrefix) {
+			return notAllowed("queue %q is the broker's own (server-named and direct reply-to queues start with %q)", q, brokerQueuePrefix)
+		}
+		if !allowedQueue(g.rules.Queues, q) {
+			return notAllowed("queue %q matches no pattern in destinations.queues", q)
+		}
 	}
 	if d.Exchange != "" && !allowedExchange(g.rules.Exchanges, d.Exchange, d.RoutingKey) {
 		if g.rules.Exchanges == nil {

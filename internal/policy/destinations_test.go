@@ -176,3 +176,35 @@ func TestRetriesCeiling(t *testing.T) {
 	_, err = Parse([]byte(base + "    max_retries_ceiling: 5\n"))
 	assert.NoError(t, err)
 }
+
+// Through the default exchange a publish lands in the queue its routing key names: that queue
+// is checked like the original queue, so an edit cannot aim a retry at the ingress.
+func TestDefaultExchangeRoutingKeyIsADestination(t *testing.T) {
+	g := (&Catalog{}).Guard("retry.scheduled", "manual-review.pending", "dead.archive")
+	for _, key := range []string{"retry.scheduled", "manual-review.pending", "dead.archive"} {
+		err := g.Check(Destination{Queue: "orders", RoutingKey: key})
+		require.Error(t, err, key)
+		assert.Contains(t, err.Error(), "the scheduler's own", key)
+	}
+	require.NoError(t, g.Check(Destination{Queue: "orders", RoutingKey: "orders"}))
+	require.NoError(t, g.Check(Destination{Queue: "orders", RoutingKey: "orders.v2"}))
+	// A named exchange routes by its own bindings: the key is not a queue there.
+	require.NoError(t, g.Check(Destination{Queue: "orders", Exchange: "events", RoutingKey: "retry.scheduled"}))
+}
+
+// Server-named and direct reply-to queues are the broker's: never a destination, whatever
+// destinations.queues allows.
+func TestBrokerQueuesAreNeverDestinations(t *testing.T) {
+	c, err := Parse([]byte("destinations:\n  queues: [\"*\"]\n"))
+	require.NoError(t, err)
+	g := c.Guard("retry.scheduled", "manual-review.pending")
+	for _, d := range []Destination{
+		{Queue: "amq.gen-JzTY20BRgKO-HjmUJj0wLg"},
+		{Queue: "amq.rabbitmq.reply-to.g1h2AA5yb"},
+		{Queue: "orders", RoutingKey: "amq.rabbitmq.reply-to"},
+	} {
+		err := g.Check(d)
+		require.Error(t, err, "%+v", d)
+		assert.Contains(t, err.Error(), "the broker's own", "%+v", d)
+	}
+}

@@ -346,6 +346,8 @@ func (p *process) startBridge() {
 			MaxMessageBytes:        cfg.MaxMessageBytes,
 			Resolver:               p.catalog,
 			DefaultDeadLetterQueue: cfg.ManualReviewQueue,
+			// The guard the ops API's edits pass too: every queue of the scheduler's own.
+			Guard: p.catalog.Guard(cfg.RetryQueue, cfg.ManualReviewQueue, ownQueues(cfg)...),
 		},
 	}, func() (*amqp.Connection, error) { return broker.Dial(p.bcfg) }, rep, p.pub,
 		p.logger.With("component", "bridge"), bridge.NewMetrics(p.reg))
