@@ -30,8 +30,14 @@ var updateManifest = flag.Bool("update-manifest", false,
 // TestRecordedHistoriesMatchTheManifest fails when a recorded history is modified, removed or
 // added without a manifest line: a history is evidence of what running workflows did, so
 // editing one in place would let a change pass the replay tests that real runs would fail.
-// With -update-manifest it adds the lines of new files, and still fails on any other change.
+// With -update-manifest it adds the lines of new files, and still fails on any other change,
+// or on a history changed since the base commit (TestRecordedHistoriesMatchTheBase).
 func TestRecordedHistoriesMatchTheManifest(t *testing.T) {
+	// A history whose line was deleted would pass for a new one: -update-manifest first
+	// checks that every history recorded at the base commit is unchanged.
+	if *updateManifest && !t.Run("base", func(t *testing.T) { requireHistoriesMatchBase(t, historiesDir) }) {
+		t.Fatalf("%s not updated: a recorded history differs from the base commit", manifestName)
+	}
 	added, err := checkManifest(historiesDir, *updateManifest)
 	require.NoError(t, err)
 	for _, name := range added {

@@ -29,22 +29,28 @@ var ErrExists = errors.New("recorded histories are never re-recorded; record int
 // overwrite an existing file (ErrExists), checked and created in one step so that two
 // recorders cannot both write it.
 func Record(ctx context.Context, c client.Client, id, name string) (string, error) {
+	return RecordRun(ctx, c, id, "", name)
+}
+
+// RecordRun is Record for run runID of workflow id ("" is its latest run): a run that
+// continued as new is recorded by its own run ID, since the latest run is the one it started.
+func RecordRun(ctx context.Context, c client.Client, id, runID, name string) (string, error) {
 	dir := os.Getenv(RecordEnv)
 	if dir == "" {
 		return "", nil
 	}
 	h := &historypb.History{}
-	it := c.GetWorkflowHistory(ctx, id, "", false, 0)
+	it := c.GetWorkflowHistory(ctx, id, runID, false, 0)
 	for it.HasNext() {
 		e, err := it.Next()
 		if err != nil {
-			return "", fmt.Errorf("read history of %s: %w", id, err)
+			return "", fmt.Errorf("read history of %s (run %q): %w", id, runID, err)
 		}
 		h.Events = append(h.Events, e)
 	}
 	b, err := protojson.MarshalOptions{Indent: "  "}.Marshal(h)
 	if err != nil {
-		return "", fmt.Errorf("encode history of %s: %w", id, err)
+		return "", fmt.Errorf("encode history of %s (run %q): %w", id, runID, err)
 	}
 	path := filepath.Join(dir, name+".json")
 	if err := writeNew(path, b); err != nil {

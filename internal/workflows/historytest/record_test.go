@@ -28,3 +28,11 @@ func TestRecordWithoutTheVariableDoesNothing(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, path)
 }
+
+// Without RECORD_HISTORIES RecordRun records nothing either, whatever run it names.
+func TestRecordRunWithoutTheVariableDoesNothing(t *testing.T) {
+	t.Setenv(RecordEnv, "")
+	path, err := RecordRun(t.Context(), nil, "id", "run", "name")
+	require.NoError(t, err)
+	require.Empty(t, path)
+}
