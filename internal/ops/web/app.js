@@ -126,6 +126,11 @@ function fmtAbs(iso) {
   return iso ? new Date(iso).toLocaleString() : '';
 }
 
+// fmtShort is fmtAbs to the minute, for a narrow column (the title has the time whole).
+function fmtShort(iso) {
+  return iso ? new Date(iso).toLocaleString(undefined, { dateStyle: 'short', timeStyle: 'short' }) : '';
+}
+
 function button(label, onClick) {
   const b = document.createElement('button');
   b.type = 'button';
@@ -138,6 +143,49 @@ function button(label, onClick) {
 function classed(el, name) {
   el.className = name;
   return el;
+}
+
+// ID_TAIL is how many of an ID's last characters its cell always shows: an ID too long for
+// the cell is cut in the middle, where IDs that share a prefix (an event name, a queue) differ
+// least.
+const ID_TAIL = 8;
+
+// idCell writes an ID in two parts, the head cut short with an ellipsis when the cell is too
+// narrow and the tail always shown; the cell's text stays the whole ID.
+function idCell(tr, text, title) {
+  const td = cell(tr, '', 'id', title || text);
+  if (text.length <= 2 * ID_TAIL) {
+    td.textContent = text;
+    return td;
+  }
+  const head = document.createElement('span');
+  head.className = 'id-head';
+  head.textContent = text.slice(0, -ID_TAIL);
+  const tail = document.createElement('span');
+  tail.className = 'id-tail';
+  tail.textContent = text.slice(-ID_TAIL);
+  td.append(head, tail);
+  return td;
+}
+
+// errCell writes the last error in at most two lines; the title has it whole, after its type.
+function errCell(tr, text, type) {
+  const td = cell(tr, '', 'err', [type, text].filter(Boolean).join(': '));
+  const clamp = document.createElement('div');
+  clamp.className = 'clamp';
+  clamp.textContent = text;
+  td.appendChild(clamp);
+  return td;
+}
+
+// titled gives each cell of tr that has text and no title its text as title: the tables cut
+// long values short, and the title shows them whole.
+function titled(tr) {
+  for (const td of tr.cells) {
+    if (td.classList.contains('actions')) continue;
+    const text = td.textContent;
+    if (text && !td.title) td.title = text;
+  }
 }
 
 function render(t, data) {
@@ -162,9 +210,9 @@ function render(t, data) {
       sel.appendChild(cb);
       tr.appendChild(sel);
     }
-    cell(tr, it.message_id || it.id, 'id', it.id);
+    idCell(tr, it.message_id || it.id, it.id);
     cell(tr, it.event_type || '', 'event-type');
-    cell(tr, it.queue);
+    cell(tr, it.queue, 'queue');
     if (t.kind === 'delivered') {
       const n = it.succeeded_on_retry || it.retry_count;
       cell(tr, n ? 'Succeeded on retry attempt ' + n : 'Delivered', 'result');
@@ -173,11 +221,12 @@ function render(t, data) {
       cell(tr, fmtTime(it.closed_at), 'when', it.closed_at || '');
     } else {
       cell(tr, it.service || '', 'service');
-      cell(tr, it.external_system || '', 'external-system', 'where it failed: its queue, or exchange:routing key');
-      cell(tr, it.category);
+      cell(tr, it.external_system || '', 'external-system',
+        (it.external_system ? it.external_system + ': ' : '') + 'where it failed: its queue, or exchange:routing key');
+      cell(tr, it.category, 'category');
       cell(tr, it.retry_count + (it.max_retries ? ' / ' + it.max_retries : ''), 'attempts',
         it.attempts ? it.attempts + ' failure(s) recorded' : '');
-      cell(tr, it.last_error || it.detail_error || '', 'err', it.error_type || '');
+      errCell(tr, it.last_error || it.detail_error || '', it.error_type || '');
     }
     if (t.kind === 'retry') {
       cell(tr, it.next_retry_at ? fmtTime(it.next_retry_at) : '—', 'when', it.next_retry_at || '');
@@ -185,33 +234,39 @@ function render(t, data) {
         it.status === 'held' ? 'due, and held by its destination\'s breaker: retried when it closes or resumes' : '');
     } else if (t.kind === 'dead') {
       const created = it.first_failure_at || it.started_at;
-      cell(tr, fmtAbs(created), 'created', created || '');
+      cell(tr, fmtShort(created), 'created', created ? fmtAbs(created) + ' (' + created + ')' : '');
       cell(tr, fmtTime(it.dead_at), 'when', it.dead_at || '');
       cell(tr, it.dead_reason || '', 'reason');
     }
     const actions = document.createElement('td');
     actions.className = 'actions';
+    // The first actions are the row's buttons, in their places (Details, then Retry, ...);
+    // the rest are smaller, after them in .more: a second line when the column is narrow.
+    const more = document.createElement('span');
+    more.className = 'more';
     actions.appendChild(button('Details', () => showDetail(it.id)));
     if (canAct && t.kind !== 'delivered') {
       if (t.kind === 'retry') {
         if (it.status === 'scheduled' || it.status === 'held') {
           actions.appendChild(button('Retry now', () => rowAction(it.id, 'retry')));
           actions.appendChild(button('Skip', () => rowAction(it.id, 'skip', 'Skip retry and move to Dead Letter Queue?')));
-          if (me.role === 'admin') actions.appendChild(classed(button('Edit & retry', () => openEdit(it.id)), 'edit-retry'));
+          if (me.role === 'admin') more.appendChild(classed(button('Edit & retry', () => openEdit(it.id)), 'edit-retry'));
         }
-        if (it.status === 'scheduled') actions.appendChild(classed(button('Snooze', () => openSnooze(it.id)), 'snooze'));
+        if (it.status === 'scheduled') more.appendChild(classed(button('Snooze', () => openSnooze(it.id)), 'snooze'));
       } else {
         actions.appendChild(button('Retry', () => rowAction(it.id, 'retry')));
         actions.appendChild(button('Resolve', () => rowAction(it.id, 'resolve', 'Mark this entry resolved?')));
         actions.appendChild(button('Delete', () => rowAction(it.id, 'discard', 'Permanently delete this entry?')));
         // Editing before a retry is the admins' (the API refuses it to operators).
-        if (me.role === 'admin') actions.appendChild(classed(button('Edit & retry', () => openEdit(it.id)), 'edit-retry'));
-        actions.appendChild(classed(button('Snooze', () => openSnooze(it.id)), 'snooze'));
+        if (me.role === 'admin') more.appendChild(classed(button('Edit & retry', () => openEdit(it.id)), 'edit-retry'));
+        more.appendChild(classed(button('Snooze', () => openSnooze(it.id)), 'snooze'));
       }
     }
     // Last, so the buttons keep their places.
-    if (it.web_ui_url) actions.appendChild(viewLog(it.web_ui_url));
+    if (it.web_ui_url) (t.kind === 'delivered' ? actions : more).appendChild(viewLog(it.web_ui_url));
+    if (more.childElementCount > 0) actions.appendChild(more);
     tr.appendChild(actions);
+    if (t.kind !== 'delivered') titled(tr);
     tbody.appendChild(tr);
   }
   const empty = items.length === 0 && t.pages.length === 1;
@@ -611,12 +666,36 @@ function rows(tbody, list, fields) {
   }
 }
 
+// detailActions puts the actions on message id in the details, by its status: its row's, so
+// that all of them are a click from the whole error too.
+function detailActions(id, status) {
+  const box = $('#detail-actions');
+  box.replaceChildren();
+  const canAct = me && (me.role === 'operator' || me.role === 'admin');
+  // Each action closes the details first: its question, dialog or outcome shows on the page.
+  const act = (label, fn) => button(label, () => { $('#detail').close(); fn(); });
+  if (canAct && (status === 'dead' || status === 'scheduled' || status === 'held')) {
+    if (status === 'dead') {
+      box.append(act('Retry', () => rowAction(id, 'retry')),
+        act('Resolve', () => rowAction(id, 'resolve', 'Mark this entry resolved?')),
+        act('Delete', () => rowAction(id, 'discard', 'Permanently delete this entry?')));
+    } else {
+      box.append(act('Retry now', () => rowAction(id, 'retry')),
+        act('Skip', () => rowAction(id, 'skip', 'Skip retry and move to Dead Letter Queue?')));
+    }
+    if (me.role === 'admin') box.appendChild(act('Edit & retry', () => openEdit(id)));
+    if (status !== 'held') box.appendChild(act('Snooze', () => openSnooze(id)));
+  }
+  box.hidden = box.childElementCount === 0;
+}
+
 async function showDetail(id) {
   try {
     const r = await api('GET', 'messages/' + encodeURIComponent(id));
     const st = r.state || {};
     const msg = st.message || {};
     $('#detail-title').textContent = id + ' — ' + (r.state ? st.status : r.workflow.status);
+    detailActions(id, r.state ? st.status : '');
     const log = $('#detail-log');
     log.hidden = !r.web_ui_url;
     if (r.web_ui_url) log.href = r.web_ui_url; else log.removeAttribute('href');
