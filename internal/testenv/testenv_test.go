@@ -38,13 +38,45 @@ func TestLookPathFindsAProgram(t *testing.T) {
 	assert.True(t, strings.HasSuffix(p, "/sh"))
 }
 
-// Every true spelling counts as CI, so that a CI service writing CI=1 or CI=TRUE never lets
-// skips pass; anything else is not CI.
+// ciValues are values of CI and whether they mean CI: anything but empty, false or 0 (any
+// case, white space around it ignored), so that a CI service writing CI=yes, CI=on or a
+// build number never lets skips pass.
+var ciValues = map[string]bool{
+	"true": true, "1": true, "TRUE": true, "True": true, "t": true, " true ": true,
+	"yes": true, "on": true, "Y": true, "42": true, "no": true, "off": true, "00": true, "falsey": true,
+	"": false, " ": false, "false": false, "FALSE": false, "False": false, "0": false, " 0 ": false, "\tfalse\n": false,
+}
+
 func TestIsTrue(t *testing.T) {
-	for _, v := range []string{"true", "1", "TRUE", "True", "t", " true "} {
-		assert.True(t, IsTrue(v), "%q", v)
+	for v, want := range ciValues {
+		assert.Equal(t, want, IsTrue(v), "%q", v)
 	}
-	for _, v := range []string{"", "false", "0", "yes", "no"} {
-		assert.False(t, IsTrue(v), "%q", v)
+}
+
+// The Makefile's recipes read $CI with its shell function ci_true (CI_TRUE): it agrees with
+// IsTrue on every value.
+func TestMakefileReadsCIAsIsTrueDoes(t *testing.T) {
+	bash := LookPath(t, "bash", "apt-get install -y bash")
+	b, err := os.ReadFile("../../Makefile")
+	require.NoError(t, err)
+	var def string
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "CI_TRUE = "); ok {
+			def = strings.ReplaceAll(v, "$$", "$")
+		}
 	}
+	require.NotEmpty(t, def, "the Makefile defines CI_TRUE")
+	for v, want := range ciValues {
+		cmd := exec.Command(bash, "-c", def+"; ci_true")
+		cmd.Env = append(os.Environ(), "CI="+v)
+		err := cmd.Run()
+		assert.Equal(t, want, err == nil, "CI=%q: %v", v, err)
+	}
+	cmd := exec.Command(bash, "-c", def+"; ci_true")
+	for _, e := range os.Environ() {
+		if !strings.HasPrefix(e, "CI=") {
+			cmd.Env = append(cmd.Env, e)
+		}
+	}
+	assert.Error(t, cmd.Run(), "CI unset")
 }

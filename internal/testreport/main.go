@@ -11,11 +11,30 @@
 //
 // A run that leaves tests out with -skip names them with -excluded, a file of `go test -list`
 // for the same pattern, and -excluded-reason: they are listed among the skipped tests, as
-// excluded, and do not fail the run under CI=true (leaving them out is the run's decision).
+// excluded, and do not fail the run under CI (leaving them out is the run's decision).
 //
 // It exits 1 when a test or a build failed, when a package named by -min-coverage is below
-// its minimum (or reported no coverage), or, with -fail-on-skip (the default under
-// CI=true), when any test skipped.
+// its minimum (or reported no coverage), or, with -fail-on-skip (the default under CI),
+// when any test skipped.
+//
+// With -ran-file (default $TESTREPORT_RAN_FILE, which `make test` sets for all its tiers) it
+// appends each top-level test of the stream and what became of it (pass, fail, skip), and
+// the tests -excluded names, with the reason, to that file. Then, at the end of make test,
+//
+//	go run ./internal/testreport -not-run -ran-file FILE
+//
+// scans every *_test.go file of the tree (any build tag) for its Test and Fuzz functions and
+// lists those no tier ran; those outside-make-test.txt declares as run only outside make
+// test, and those a run excluded on purpose and no other ran, each with its reason. With
+// -fail-on-not-run (the default under CI) a test not run fails it; a stale line of
+// outside-make-test.txt (no such test, or a test that ran) fails it always.
+//
+// Two more modes serve the Makefile's test selection, from the same scan: -fuzz-targets
+// lists each Fuzz target with the -tags its file needs (make fuzz, fuzz-short), and
+// -tagged-packages TAGS lists the packages that have test files built only with TAGS, each
+// with a -skip pattern of its tests the unit tier ran (make test-integration).
+//
+// CI is true for any value but an empty one, false or 0 (testenv.IsTrue).
 package main
 
 import (
@@ -24,9 +43,12 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/retry-scheduler/retry-scheduler/internal/testenv"
 )
 
 func main() {
@@ -38,15 +60,38 @@ func main() {
 	excluded := fs.String("excluded", "", "output of go test -list PATTERN for the tests the run excludes with -skip PATTERN")
 	excludedReason := fs.String("excluded-reason", "", "why the -excluded tests are left out")
 	slowest := fs.Int("slowest", 10, "list the N slowest top-level tests (0: none)")
-	failOnSkip := fs.Bool("fail-on-skip", ciTrue(os.Getenv("CI")), "fail when any test skipped (default: CI set to a true value)")
+	failOnSkip := fs.Bool("fail-on-skip", testenv.CI(), "fail when any test skipped (default: under CI)")
+	ranFile := fs.String("ran-file", os.Getenv(ranFileEnv), "append the stream's top-level tests and what became of them to this file; with -not-run, read it (default $"+ranFileEnv+")")
+	notRun := fs.Bool("not-run", false, "instead of reading a stream: list the tests of the tree that no run of -ran-file ran")
+	failOnNotRun := fs.Bool("fail-on-not-run", testenv.CI(), "with -not-run: fail when a test did not run (default: under CI)")
+	root := fs.String("root", ".", "the module's root, for -not-run, -fuzz-targets and -tagged-packages")
+	outsideFile := fs.String("outside", "internal/testreport/outside-make-test.txt", "with -not-run: the tests that run only outside make test, on purpose (relative to -root)")
+	fuzzTargets := fs.Bool("fuzz-targets", false, "instead of reading a stream: list each Fuzz target of the tree: package directory, -tags=its file's tags, name")
+	taggedPackages := fs.String("tagged-packages", "", "instead of reading a stream: list each package with test files built only with these tags (comma-separated), a tab, and a -skip pattern of its tests built without tags")
 	_ = fs.Parse(os.Args[1:])
+	switch {
+	case *notRun:
+		os.Exit(mainNotRun(*root, *ranFile, *outsideFile, *failOnNotRun))
+	case *fuzzTargets || *taggedPackages != "":
+		tr, err := scanTree(*root)
+		if err == nil && *fuzzTargets {
+			printFuzzTargets(os.Stdout, tr)
+		} else if err == nil {
+			err = printTaggedPackages(os.Stdout, tr, *taggedPackages)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "testreport:", err)
+			os.Exit(2)
+		}
+		os.Exit(0)
+	}
 	if *gatesFile != "" {
 		if err := gates.readFile(*gatesFile); err != nil {
 			fmt.Fprintln(os.Stderr, "testreport:", err)
 			os.Exit(2)
 		}
 	}
-	o := options{profile: *profile, gates: gates, failOnSkip: *failOnSkip, everyPackage: *gatesFile != "", slowest: *slowest}
+	o := options{profile: *profile, gates: gates, failOnSkip: *failOnSkip, everyPackage: *gatesFile != "", slowest: *slowest, ranFile: *ranFile}
 	if *excluded != "" {
 		list, err := readExcluded(*excluded, *excludedReason)
 		if err != nil {
@@ -70,6 +115,36 @@ type options struct {
 	// slowest is how many of the slowest top-level tests to list, so that CI's log says
 	// where a tier's time goes.
 	slowest int
+	// ranFile, if set, gets the stream's top-level tests appended (appendRan), for -not-run.
+	ranFile string
+}
+
+// mainNotRun is -not-run: the exit code.
+func mainNotRun(root, ranFile, outsideFile string, failOnNotRun bool) int {
+	if ranFile == "" {
+		fmt.Fprintln(os.Stderr, "testreport: -not-run needs -ran-file (or $"+ranFileEnv+")")
+		return 2
+	}
+	runs, err := readRan(ranFile)
+	if err == nil && len(runs) == 0 {
+		err = fmt.Errorf("ran file %s: no test ran: did the tiers run with $%s set?", ranFile, ranFileEnv)
+	}
+	var tr tree
+	if err == nil {
+		tr, err = scanTree(root)
+	}
+	var outs []outside
+	if err == nil {
+		if !filepath.IsAbs(outsideFile) {
+			outsideFile = filepath.Join(root, outsideFile)
+		}
+		outs, err = readOutside(outsideFile)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "testreport:", err)
+		return 2
+	}
+	return reportNotRun(os.Stdout, tr, runs, notRunOptions{outside: outs, outsideFile: outsideFile, failOnNotRun: failOnNotRun})
 }
 
 // run reports the stream and returns the exit code.
@@ -80,6 +155,16 @@ func run(in io.Reader, out io.Writer, o options) int {
 		return 1
 	}
 	ok := !r.failed
+	if o.ranFile != "" {
+		tests := r.ran
+		for _, x := range o.excluded {
+			tests = append(tests, ranTest{action: "excluded", pkg: x.pkg, test: x.test, reason: x.reason})
+		}
+		if err := appendRan(o.ranFile, tests); err != nil {
+			fmt.Fprintln(out, "testreport:", err)
+			ok = false
+		}
+	}
 	printSkips(out, append(r.skips, o.excluded...))
 	printSlowest(out, r.timings, o.slowest)
 	if len(r.skips) > 0 && o.failOnSkip {
@@ -280,11 +365,4 @@ func (g *gateFlag) readFile(path string) error {
 		}
 	}
 	return nil
-}
-
-// ciTrue reports whether CI holds a true value (true, 1, TRUE...: strconv.ParseBool's), as
-// internal/testenv reads it for the tests themselves.
-func ciTrue(v string) bool {
-	b, err := strconv.ParseBool(strings.TrimSpace(v))
-	return err == nil && b
 }

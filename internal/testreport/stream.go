@@ -32,6 +32,7 @@ type result struct {
 	skips    []skip
 	coverage map[string]float64 // by package, from its "coverage: N% of statements" line
 	timings  []timing           // top-level tests that passed or failed, in the order they ended
+	ran      []ranTest          // top-level tests that passed, failed or skipped, in that order
 }
 
 // timing is how long a top-level test took.
@@ -71,6 +72,7 @@ func read(in io.Reader, out io.Writer) (result, error) {
 		case "fail":
 			r.failed = true
 			r.noteTiming(e)
+			r.noteRan(e)
 			if e.Test != "" {
 				fmt.Fprint(out, strings.Join(logs[key], ""))
 			}
@@ -79,9 +81,11 @@ func read(in io.Reader, out io.Writer) (result, error) {
 			if e.Test != "" {
 				r.skips = append(r.skips, skip{pkg: e.Package, test: e.Test, reason: skipReason(logs[key])})
 			}
+			r.noteRan(e)
 			delete(logs, key)
 		case "pass":
 			r.noteTiming(e)
+			r.noteRan(e)
 			delete(logs, key)
 		}
 	}
@@ -131,4 +135,13 @@ func (r *result) noteTiming(e event) {
 		return
 	}
 	r.timings = append(r.timings, timing{pkg: e.Package, test: e.Test, seconds: e.Elapsed})
+}
+
+// noteRan keeps what became of a top-level test, for the tests-not-run summary (a subtest is
+// its parent's).
+func (r *result) noteRan(e event) {
+	if e.Test == "" || strings.Contains(e.Test, "/") {
+		return
+	}
+	r.ran = append(r.ran, ranTest{action: e.Action, pkg: e.Package, test: e.Test})
 }

@@ -1,0 +1,5 @@
+package dot
+
+import "testing"
+
+func TestDot(t *testing.T) {}

@@ -1,0 +1,5 @@
+package hidden
+
+import "testing"
+
+func TestHidden(t *testing.T) {}

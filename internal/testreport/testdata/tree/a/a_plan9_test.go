@@ -1,0 +1,5 @@
+package a
+
+import "testing"
+
+func TestOnPlan9(t *testing.T) {}

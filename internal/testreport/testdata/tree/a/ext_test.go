@@ -1,0 +1,5 @@
+package a_test
+
+import tt "testing"
+
+func TestExternal(t *tt.T) {}

@@ -1,0 +1,5 @@
+package ignored
+
+import "testing"
+
+func TestInTestdata(t *testing.T) {}

@@ -1,0 +1,7 @@
+//go:build !integration
+
+package a
+
+import "testing"
+
+func TestUnitOnly(t *testing.T) {}

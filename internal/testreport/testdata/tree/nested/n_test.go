@@ -1,0 +1,5 @@
+package nested
+
+import "testing"
+
+func TestNestedModule(t *testing.T) {}

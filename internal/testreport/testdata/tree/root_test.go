@@ -1,0 +1,5 @@
+package m
+
+import "testing"
+
+func TestRoot(t *testing.T) {}
