@@ -24,6 +24,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -59,7 +60,7 @@ type layout struct {
 }
 
 func baseCounts(extra map[string]int) map[string]int {
-	c := map[string]int{"ServiceAccount": 1, "ConfigMap": 2, "Service": 2, "Deployment": 3, "PodDisruptionBudget": 3}
+	c := map[string]int{"ServiceAccount": 1, "ConfigMap": 2, "Service": 2, "Deployment": 3, "PodDisruptionBudget": 3, "NetworkPolicy": 1}
 	for k, v := range extra {
 		c[k] = v
 	}
@@ -191,6 +192,7 @@ type objects struct {
 	triggerAuths    []triggerAuthentication
 	serviceMonitors []serviceMonitor
 	prometheusRules []prometheusRuleObject
+	netpols         []networkingv1.NetworkPolicy
 }
 
 type objectRef struct {
@@ -230,6 +232,7 @@ var decoders = map[string]func(o *objects, strict func(any) bool) metav1.ObjectM
 	"keda.sh/v1alpha1, Kind=TriggerAuthentication":  func(o *objects, strict func(any) bool) metav1.ObjectMeta { return decodeAs(strict, &o.triggerAuths) },
 	"monitoring.coreos.com/v1, Kind=ServiceMonitor": func(o *objects, strict func(any) bool) metav1.ObjectMeta { return decodeAs(strict, &o.serviceMonitors) },
 	"monitoring.coreos.com/v1, Kind=PrometheusRule": func(o *objects, strict func(any) bool) metav1.ObjectMeta { return decodeAs(strict, &o.prometheusRules) },
+	"networking.k8s.io/v1, Kind=NetworkPolicy":      func(o *objects, strict func(any) bool) metav1.ObjectMeta { return decodeAs(strict, &o.netpols) },
 }
 
 // decodeAs decodes a document with strict into a T, appends it to list and returns its
@@ -440,6 +443,7 @@ func TestManifests(t *testing.T) {
 			checkScalers(t, o, procs, secrets)
 			checkServiceMonitors(t, o, status)
 			checkPrometheusRules(t, o)
+			checkNetworkPolicy(t, o)
 			checkLabels(t, o, procs)
 			if l.dir == exampleOverlay {
 				ns, _ := readOverlay(t, exampleOverlay, title)
@@ -755,9 +759,11 @@ func checkContainer(t *testing.T, o *objects, d appsv1.Deployment, c corev1.Cont
 	}
 
 	checkPolicyFile(t, o, where, d.Spec.Template.Spec, c, cfg.PolicyFile)
+	// The example's token is a placeholder: the service refuses it at start, so that the
+	// example deployed as it is has no known admin token.
 	if v, ok := p.env["API_TOKENS"]; ok && v != "" {
-		if _, err := ops.ParseTokens("API_TOKENS", v); err != nil {
-			t.Errorf("%s: API_TOKENS from %s: %v", where, secretsExample, err)
+		if _, err := ops.ParseTokens("API_TOKENS", v); err == nil || !strings.Contains(err.Error(), "placeholder") {
+			t.Errorf("%s: API_TOKENS from %s: the service must refuse its placeholder, got %v", where, secretsExample, err)
 		}
 	}
 	return p
@@ -1344,8 +1350,55 @@ func (o *objects) selectors() []namedSelector {
 	for _, p := range o.pdbs {
 		add("PodDisruptionBudget "+p.Name, p.Spec.Selector)
 	}
+	for _, np := range o.netpols {
+		add("NetworkPolicy "+np.Name, &np.Spec.PodSelector)
+	}
 	for _, s := range o.services {
 		out = append(out, namedSelector{"Service " + s.Name, labels.SelectorFromSet(s.Spec.Selector)})
 	}
 	return out
+}
+
+// checkNetworkPolicy: one ingress policy selects every pod of this install, and of no other
+// (an empty selector would restrict every pod of a shared namespace), and admits only each
+// container's HTTP port, the one its probes, metrics and API are served on.
+func checkNetworkPolicy(t *testing.T, o *objects) {
+	t.Helper()
+	if len(o.netpols) != 1 {
+		t.Errorf("%d NetworkPolicies, want 1", len(o.netpols))
+		return
+	}
+	np := o.netpols[0]
+	if len(np.Spec.PodSelector.MatchLabels) == 0 && len(np.Spec.PodSelector.MatchExpressions) == 0 {
+		t.Errorf("NetworkPolicy %s selects every pod of the namespace", np.Name)
+	}
+	sel, err := metav1.LabelSelectorAsSelector(&np.Spec.PodSelector)
+	if err != nil {
+		t.Errorf("NetworkPolicy %s: %v", np.Name, err)
+		return
+	}
+	for _, d := range o.deployments {
+		if !sel.Matches(labels.Set(d.Spec.Template.Labels)) {
+			t.Errorf("NetworkPolicy %s does not select the pods of Deployment %s", np.Name, d.Name)
+		}
+	}
+	if !slices.Equal(np.Spec.PolicyTypes, []networkingv1.PolicyType{networkingv1.PolicyTypeIngress}) {
+		t.Errorf("NetworkPolicy %s: policy types %v, want Ingress only (egress is the install's to restrict)", np.Name, np.Spec.PolicyTypes)
+	}
+	if len(np.Spec.Ingress) != 1 || len(np.Spec.Ingress[0].Ports) != 1 || len(np.Spec.Ingress[0].From) != 0 {
+		t.Errorf("NetworkPolicy %s: ingress %+v, want one rule admitting one port", np.Name, np.Spec.Ingress)
+		return
+	}
+	port := np.Spec.Ingress[0].Ports[0].Port
+	for _, d := range o.deployments {
+		for _, c := range d.Spec.Template.Spec.Containers {
+			if port == nil {
+				t.Errorf("NetworkPolicy %s admits every port", np.Name)
+				return
+			}
+			if _, err := containerPort(c, *port); err != nil {
+				t.Errorf("NetworkPolicy %s admits port %s, which container %s of %s does not name: %v", np.Name, port.String(), c.Name, d.Name, err)
+			}
+		}
+	}
 }

@@ -129,6 +129,9 @@ func parseToken(entry string) (Token, error) {
 	if strings.ContainsAny(secret, " \t") {
 		return Token{}, fmt.Errorf("token %q: the secret contains white space", name)
 	}
+	if placeholder(secret) {
+		return Token{}, fmt.Errorf("token %q: the secret is an example's placeholder; generate one (openssl rand -hex 24)", name)
+	}
 	return Token{Principal: Principal{Name: name, Role: role, Tenant: tenant}, sum: sha256.Sum256([]byte(secret))}, nil
 }
 
@@ -219,4 +222,11 @@ func (a *Auth) require(min Role, h http.HandlerFunc) http.HandlerFunc {
 		}
 		h(w, r.WithContext(context.WithValue(r.Context(), principalKey{}, p)))
 	}
+}
+
+// placeholder says whether a secret is the kind of stand-in an example file carries
+// ("CHANGE-ME-to-a-random-token"): deployed as it is, it would be a known admin token.
+func placeholder(secret string) bool {
+	s := strings.ToUpper(strings.NewReplacer("-", "", "_", "").Replace(secret))
+	return strings.Contains(s, "CHANGEME") || strings.Contains(s, "REPLACEME")
 }

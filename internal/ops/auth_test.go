@@ -35,6 +35,9 @@ func TestParseTokensRefusesBadEntries(t *testing.T) {
 		{"al ice:viewer=alice-secret-0123456789", "name"},
 		{"alice:viewer:a:b=alice-secret-0123456789", "want name:role[:tenant]"},
 		{"alice:viewer=alice secret 0123456789", "white space"},
+		{"ops-admin:admin=CHANGE-ME-to-a-random-token", "placeholder"},
+		{"ops-admin:admin=changeme0123456789", "placeholder"},
+		{"ops-admin:admin=replace_me_0123456789", "placeholder"},
 	} {
 		_, err := ParseTokens("API_TOKENS", tt.in)
 		require.Error(t, err, tt.in)
