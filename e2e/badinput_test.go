@@ -127,7 +127,7 @@ func TestBadInputCatalogueThroughTheBroker(t *testing.T) {
 	envelopes := map[string]message.Envelope{}
 	payloads := map[string][]byte{}
 	for len(envelopes) < len(refused)+2 {
-		d := dead.next(t, 60*time.Second)
+		d := dead.next(t, patience)
 		if part, _ := d.Headers[deadletter.HeaderPart].(string); part == "payload" {
 			payloads[d.MessageId] = d.Body
 			continue
@@ -171,7 +171,7 @@ func TestBadInputCatalogueThroughTheBroker(t *testing.T) {
 
 	got := map[string]amqp.Delivery{}
 	want := []string{string(payload256[:16]), "no id", "huge id", "payload of ok-po", "payload of ok-ca", "payload of ok-8k", "payload of ok-de", "decimal header"}
-	eventually(t, 90*time.Second, func() error {
+	eventually(t, patience, func() error {
 		for _, d := range append(delivered.all(), svcDelivered.all()...) {
 			got[string(d.Body[:min(len(d.Body), 16)])] = d
 		}
@@ -232,7 +232,7 @@ func TestBadInputCatalogueThroughTheBroker(t *testing.T) {
 
 	// Nothing left behind: the ingress queue is empty and nothing else arrived (every
 	// publish before the barriers has reached its consumer).
-	eventually(t, 10*time.Second, func() error {
+	eventually(t, patience, func() error {
 		if n := s.depth(s.ingress); n != 0 {
 			return fmt.Errorf("%d messages still on %s", n, s.ingress)
 		}
@@ -282,7 +282,7 @@ func (s *stack) rejectThrough(queue string, p amqp.Publishing) {
 	s.t.Helper()
 	s.publishRaw(queue, p)
 	onChannel(s.t, s.brokerURL, func(ch *amqp.Channel) {
-		deadline := time.Now().Add(10 * time.Second)
+		deadline := time.Now().Add(patience)
 		for {
 			d, ok, err := ch.Get(queue, false)
 			require.NoError(s.t, err)
@@ -290,7 +290,7 @@ func (s *stack) rejectThrough(queue string, p amqp.Publishing) {
 				require.NoError(s.t, d.Reject(false))
 				return
 			}
-			require.True(s.t, time.Now().Before(deadline), "message did not reach %s", queue)
+			require.True(s.t, time.Now().Before(deadline), "message did not reach %s within %s", queue, patience)
 			time.Sleep(20 * time.Millisecond)
 		}
 	})
@@ -312,7 +312,7 @@ func brokerMaxMessageSize(t *testing.T) int64 {
 	if _, err := exec.LookPath("rabbitmqctl"); err != nil {
 		return def
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), patience)
 	defer cancel()
 	out, err := exec.CommandContext(ctx, "rabbitmqctl", "environment").Output()
 	if err != nil {

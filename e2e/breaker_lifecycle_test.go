@@ -8,6 +8,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -42,22 +43,22 @@ routes:
     policy: e2e-idle
 `
 
-// flakyMessages and flakyOutage: a few messages into a consumer down for a few seconds.
-const (
-	flakyMessages = 4
-	flakyOutage   = 4 * time.Second
-)
+// flakyMessages: a few messages into a consumer that is down until the breaker opens.
+const flakyMessages = 4
 
-// flakyDestination runs the scenario: a consumer that fails for flakyOutage, flakyMessages
-// reported; every one ends delivered. It returns the queue and the breaker's state then.
+// flakyDestination runs the scenario: flakyMessages reported to a consumer that fails every
+// delivery until its destination's breaker has opened (an event, not a span of time: a 4 s
+// outage once ended, on a loaded machine, before the first republish), then takes them;
+// every one ends delivered. It returns the queue and the breaker's state then.
 func (s *stack) flakyDestination(t *testing.T, name string) (string, workflows.BreakerState) {
 	t.Helper()
 	q := s.queue(s.prefix+"."+name, nil)
-	recovered := time.Now().Add(flakyOutage)
-	dst := s.destination(q, func(now time.Time) bool { return now.Before(recovered) })
+	var opened atomic.Bool
+	dst := s.destination(q, func(time.Time) bool { return !opened.Load() })
+	s.onBreakerOpen(q, func() { opened.Store(true) })
 	ids := s.failMessages(q, name, flakyMessages)
 	for _, id := range ids {
-		r := s.workflowResult(message.WorkflowID(q, id), 2*time.Minute)
+		r := s.workflowResult(message.WorkflowID(q, id), patience)
 		require.Equal(t, workflows.StatusDelivered, r.Status, id)
 	}
 	_, err := dst.seen()
@@ -68,8 +69,29 @@ func (s *stack) flakyDestination(t *testing.T, name string) (string, workflows.B
 	require.Eventually(t, func() bool {
 		st, err = s.breakerState(q)
 		return err == nil && st.Mode == workflows.BreakerClosed && !st.Releasing
-	}, 30*time.Second, 100*time.Millisecond, "breaker of %s never settled closed: %+v, %v", q, st, err)
+	}, patience, 100*time.Millisecond, "breaker of %s never settled closed: %+v, %v", q, st, err)
 	return q, st
+}
+
+// onBreakerOpen calls f once queue's breaker is first queried open (or holding otherwise),
+// polling it until then or the test's end.
+func (s *stack) onBreakerOpen(queue string, f func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	s.t.Cleanup(func() { cancel(); <-done })
+	go func() {
+		defer close(done)
+		for ctx.Err() == nil {
+			if st, err := s.breakerState(queue); err == nil && st.Mode.Holds() {
+				f()
+				return
+			}
+			select {
+			case <-ctx.Done():
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+	}()
 }
 
 // TestBreakerOpensProbesAndCloses drives one destination's breaker through open, half-open
@@ -117,7 +139,7 @@ func (s *stack) failsFirstRepublish(queue string) *consumer {
 
 // breakerRun describes the latest run of queue's breaker: its run id and status.
 func (s *stack) breakerRun(queue string) (string, enumspb.WorkflowExecutionStatus, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
 	defer cancel()
 	d, err := s.tc.DescribeWorkflow(ctx, message.BreakerWorkflowID(queue), "")
 	if err != nil {
@@ -138,7 +160,7 @@ func TestIdleBreakerEndsAndStartsAgain(t *testing.T) {
 	s.failsFirstRepublish(q)
 
 	s.failMessages(q, "first", 1)
-	r := s.workflowResult(message.WorkflowID(q, "first-0"), time.Minute)
+	r := s.workflowResult(message.WorkflowID(q, "first-0"), patience)
 	require.Equal(t, workflows.StatusDelivered, r.Status)
 
 	var firstRun string
@@ -146,11 +168,11 @@ func TestIdleBreakerEndsAndStartsAgain(t *testing.T) {
 		run, status, err := s.breakerRun(q)
 		firstRun = run
 		return err == nil && status == enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED
-	}, 30*time.Second, 100*time.Millisecond, "the idle breaker of %s did not end", q)
+	}, patience, 100*time.Millisecond, "the idle breaker of %s did not end", q)
 	s.recordHistory(message.BreakerWorkflowID(q), "breaker-idle-ended")
 
 	s.failMessages(q, "second", 1)
-	r = s.workflowResult(message.WorkflowID(q, "second-0"), time.Minute)
+	r = s.workflowResult(message.WorkflowID(q, "second-0"), patience)
 	require.Equal(t, workflows.StatusDelivered, r.Status)
 	run, status, err := s.breakerRun(q)
 	require.NoError(t, err)

@@ -143,7 +143,7 @@ func (s *stack) failMessages(queue, prefix string, n int) []string {
 
 // breakerState queries the destination's breaker workflow.
 func (s *stack) breakerState(queue string) (workflows.BreakerState, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
 	defer cancel()
 	v, err := s.tc.QueryWorkflow(ctx, message.BreakerWorkflowID(queue), "", workflows.QueryBreakerState)
 	if err != nil {
@@ -184,11 +184,22 @@ func holdingSpans(events []workflows.BreakerEvent, now time.Time) []holdingSpan 
 	return spans
 }
 
-// gateLag bounds how long after visibility lists a breaker as holding a republish may still
-// go out: each process's gate reads that list every BREAKER_REFRESH (500 ms), and a republish
-// that passed the gate just before is still in flight. How long visibility takes to list the
-// transition is the engine's (PostgreSQL's lags more under load): the test measures it.
+// gateLag is how long after visibility lists a breaker as holding a republish may still go
+// out on a quiet machine: each process's gate reads that list every BREAKER_REFRESH (500 ms),
+// and a republish that passed the gate just before is still in flight. It sorts the
+// republishes the outage test logs (within the lag, after it, against the probes released):
+// a figure, since on a loaded machine a gate's refresh and a publish in flight take seconds
+// (with one of two cores kept busy, republishes came 10 s after the breaker opened; on
+// PostgreSQL under load the gates' lists failed for a while, docs/performance.md). How long
+// visibility takes to list the transition is the engine's: the test measures it too.
 const gateLag = 2 * time.Second
+
+// gateLearns bounds what the outage test asserts of the gates: no republish but the probes
+// more than this after visibility listed the breaker holding. It stands for "the gates learn
+// of an open breaker by their refresh, not never, and do not stay open while their list
+// fails", not for how soon: 60 refreshes, three times the longest lag seen on a loaded
+// machine, and half the outage, whose later retries a gate that never learns lets through.
+const gateLearns = 30 * time.Second
 
 // The outage scenario: 200 messages under the default policy fail at once, and their
 // destination's consumer fails every delivery for the first 60 s, then takes them.
@@ -288,10 +299,13 @@ func TestBreakerHoldsRetriesThroughAnOutage(t *testing.T) {
 }
 
 // checkOutageHeld waits for the outage scenario's messages to end delivered and checks what
-// the breaker held: nothing dead-lettered, every last delivery after the recovery within the
-// policy's retries, no republish while it held beyond the gate's lag after visibility listed
-// it but the probes. It logs the figures, the retries sent into the open breaker among them,
-// under label.
+// the breaker held: nothing dead-lettered (the policy's 3 retries take about 17 s, well
+// inside the outage: a retry the breaker did not hold would have spent them), every last
+// delivery after the recovery within the policy's retries, the breaker opened, held and
+// released retries and closed, and no republish but the probes once the gates had surely
+// learnt of it (gateLearns). It logs the figures under label: the retries sent into the open
+// breaker, those more than gateLag after visibility listed it beside the probes released (how
+// fast the gates learn is a benchmark's figure, not this test's).
 func (s *stack) checkOutageHeld(t *testing.T, label, q string, dead *consumer, r *outageRun) {
 	t.Helper()
 	dst, ids, start, recovered := r.dst, r.ids, r.start, r.recovered
@@ -341,7 +355,7 @@ func (s *stack) checkOutageHeld(t *testing.T, label, q string, dead *consumer, r
 	spans := holdingSpans(st.Events, time.Now())
 	require.NotEmpty(t, spans, "the breaker never opened: %+v", st.Events)
 	probes := st.Settings.WithDefaults().Probes
-	var strict, held, probeBound int
+	var strict, held, late, probeBound int
 	var lastInLag, listLag time.Duration // the latest republish within the lag; visibility's longest
 	for _, sp := range spans {
 		probeBound += probes * len(sp.halfOpens)
@@ -358,9 +372,26 @@ func (s *stack) checkOutageHeld(t *testing.T, label, q string, dead *consumer, r
 			} else {
 				lastInLag = max(lastInLag, a.at.Sub(sp.from))
 			}
+			if a.at.Sub(listed) >= gateLearns {
+				late++
+			}
 		}
 	}
-	assert.LessOrEqual(t, held, probeBound, "republishes while the breaker held (%s after visibility listed it) vs the probes released", gateLag)
+	assert.LessOrEqual(t, late, probeBound, "republishes while the breaker held, %s after visibility listed it, vs the probes released", gateLearns)
+	// The retries' own records: the breaker held them and let them go.
+	heldAndReleased := 0
+	for _, id := range ids {
+		mst, err := s.state(message.WorkflowID(q, id))
+		require.NoError(t, err, id)
+		kinds := map[string]bool{}
+		for _, e := range mst.Events {
+			kinds[e.Kind] = true
+		}
+		if kinds["held"] && kinds["released"] {
+			heldAndReleased++
+		}
+	}
+	assert.Positive(t, heldAndReleased, "no retry's record shows it held by the breaker and released")
 
 	var during int
 	for _, a := range arrivals {
@@ -368,9 +399,9 @@ func (s *stack) checkOutageHeld(t *testing.T, label, q string, dead *consumer, r
 			during++
 		}
 	}
-	t.Logf("%s, breakers on, %d messages, consumer down %s under the default policy: %d dead-lettered, %d delivered; "+
+	t.Logf("%s, breakers on, %d messages, consumer down %s under the default policy: %d dead-lettered, %d delivered, %d held and released; "+
 		"%d republishes (%d during the outage, %d after); all settled %s after the first report",
-		label, len(ids), outageLength, len(dead.all()), len(ids), len(arrivals), during, len(arrivals)-during, settled.Round(time.Second))
+		label, len(ids), outageLength, len(dead.all()), len(ids), heldAndReleased, len(arrivals), during, len(arrivals)-during, settled.Round(time.Second))
 	for _, sp := range spans {
 		t.Logf("breaker held from +%s to +%s (%s), %d half-opens",
 			sp.from.Sub(start).Round(100*time.Millisecond), sp.to.Sub(start).Round(100*time.Millisecond),
@@ -512,7 +543,7 @@ func TestCanaryReplayIntoAHealthyConsumer(t *testing.T) {
 	assert.EqualValues(t, 0, out["failed"])
 
 	for _, id := range ids {
-		require.Equal(t, workflows.StatusDelivered, s.workflowResult(message.WorkflowID(q, id), 2*time.Minute).Status, id)
+		require.Equal(t, workflows.StatusDelivered, s.workflowResult(message.WorkflowID(q, id), patience).Status, id)
 	}
 	dst.caughtUp(t)
 	arrivals, err := dst.seen()
@@ -556,7 +587,7 @@ func TestPauseHoldsAndResumeReleasesAtTheRate(t *testing.T) {
 		require.LessOrEqual(t, k, 20, "no retry was held within 20 messages of the pause")
 		one := s.failMessages(q, fmt.Sprintf("paused-first%d", k), 1)
 		var st workflows.Status
-		eventually(t, 30*time.Second, func() error {
+		eventually(t, patience, func() error {
 			if st = s.retryStatus(message.WorkflowID(q, one[0])); st != workflows.StatusHeld && st != workflows.StatusDelivered {
 				return fmt.Errorf("RetryStatus %q", st)
 			}
@@ -582,7 +613,7 @@ func TestPauseHoldsAndResumeReleasesAtTheRate(t *testing.T) {
 	resumed := time.Now()
 	api.must(200, opToken, "POST", breaker+"/resume", map[string]any{"reason": "deploy done"})
 	for _, id := range ids {
-		require.Equal(t, workflows.StatusDelivered, s.workflowResult(message.WorkflowID(q, id), 2*time.Minute).Status, id)
+		require.Equal(t, workflows.StatusDelivered, s.workflowResult(message.WorkflowID(q, id), patience).Status, id)
 	}
 	dst.caughtUp(t)
 	arrivals, err = dst.seen()

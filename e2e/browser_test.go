@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net/url"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -79,7 +80,12 @@ type pageDriver struct {
 
 	mu      sync.Mutex
 	dialogs []string
+	// clicks numbers clickNow's clicks: the page records each by its number (see clickNow).
+	clicks int
 }
+
+// evalTimeout bounds one evaluation in the page; a wait (until) evaluates again.
+const evalTimeout = 30 * time.Second
 
 // acceptDialogs accepts every confirm() and keeps its text.
 func (p *pageDriver) acceptDialogs() {
@@ -104,7 +110,7 @@ func (p *pageDriver) acceptDialogs() {
 
 func (p *pageDriver) do(steps ...chromedp.Action[chromedp.Void]) {
 	p.t.Helper()
-	ctx, cancel := context.WithTimeout(p.ctx, 30*time.Second)
+	ctx, cancel := context.WithTimeout(p.ctx, patience)
 	defer cancel()
 	require.NoError(p.t, chromedp.Do(ctx, steps...))
 }
@@ -126,25 +132,78 @@ func (p *pageDriver) signIn(base, token, landing string) {
 }
 
 func (p *pageDriver) eval(expr string) (bool, error) {
-	ctx, cancel := context.WithTimeout(p.ctx, 10*time.Second)
+	ctx, cancel := context.WithTimeout(p.ctx, evalTimeout)
 	defer cancel()
 	return chromedp.Run(ctx, chromedp.Evaluate[bool](expr))
 }
 
-// clickNow clicks the element sel matches in the page as it is when the click runs, until
-// one is there. The tables re-render on each refresh: a chromedp.Click finds its node first
-// and may click it after the re-render removed it ("Could not find node with given id").
+// clickNow clicks, once, the element sel matches in the page as it is when the click runs,
+// waiting until one is there. The tables re-render on each refresh: a chromedp.Click finds its
+// node first and may click it after the re-render removed it ("Could not find node with given
+// id"), and a mouse click lands where the element was when its box was read, which a table
+// above it growing moves. So the page's own script clicks, from a timer after the evaluation
+// returned (a click that opens a confirm() dialog, which acceptDialogs answers, does not hold
+// the evaluation up), and records the click under its number: an evaluation that timed out
+// after it clicked is not followed by a second click, which would retry twice or undo a
+// checkbox. What the click did is for the caller to wait for.
 func (p *pageDriver) clickNow(what, sel string) {
 	p.t.Helper()
+	p.clicks++
 	q, _ := json.Marshal(sel)
-	p.until(what, `(() => { const b = document.querySelector(`+string(q)+`); if (b) b.click(); return b !== null; })()`)
+	p.until(what, fmt.Sprintf(`(() => {
+		const done = window.__e2eClicks || (window.__e2eClicks = new Set());
+		if (done.has(%d)) return true;
+		const b = document.querySelector(%s);
+		if (!b) return false;
+		done.add(%d);
+		setTimeout(() => b.click(), 0);
+		return true;
+	})()`, p.clicks, q, p.clicks))
+}
+
+// check ticks the checkbox sel matches, waiting until one is there and ticked: it clicks only
+// an unticked box, so a repeated evaluation never unticks it.
+func (p *pageDriver) check(what, sel string) {
+	p.t.Helper()
+	q, _ := json.Marshal(sel)
+	p.until(what, fmt.Sprintf(`(() => { const b = document.querySelector(%s); if (b && !b.checked) b.click(); return !!b && b.checked; })()`, q))
+}
+
+// checkedExpr is a JavaScript expression: whether every checkbox sels match is there and ticked.
+func checkedExpr(sels ...string) string {
+	var conds []string
+	for _, sel := range sels {
+		q, _ := json.Marshal(sel)
+		conds = append(conds, fmt.Sprintf(`!!(document.querySelector(%s) || {}).checked`, q))
+	}
+	return "(" + strings.Join(conds, " && ") + ")"
+}
+
+// bulk selects the rows ids of table with their checkboxes, sees every one ticked, clicks the
+// bulk button btn once and waits until the action has started: the button disabled while it
+// runs, or the progress line changed from what it said before the click.
+func (p *pageDriver) bulk(table, btn string, ids ...string) {
+	p.t.Helper()
+	var boxes []string
+	for _, id := range ids {
+		box := rowSel(table, id) + ` input.row-select`
+		p.check("the checkbox of "+id, box)
+		boxes = append(boxes, box)
+	}
+	p.until("the selection of "+strings.Join(ids, ", "), checkedExpr(boxes...))
+	before, _ := json.Marshal(p.text("#progress"))
+	q, _ := json.Marshal(btn)
+	p.clickNow("the bulk button "+btn, btn)
+	p.until("the bulk action of "+btn+" started (its button disabled or the progress line changed)",
+		fmt.Sprintf(`(document.querySelector(%s).disabled || document.querySelector("#progress").textContent.trim() !== %s)`, q, before))
 }
 
 // until evaluates the JavaScript expression expr until it is true, pressing the page's Refresh
-// button between tries (the page also refreshes itself, but only every 10 s).
+// button between tries (the page also refreshes itself, but only every 10 s). It waits
+// patience: every page action is an API call, and each list a query of every row's workflow.
 func (p *pageDriver) until(what, expr string) {
 	p.t.Helper()
-	p.untilWithin(what, expr, 30*time.Second)
+	p.untilWithin(what, expr, patience)
 }
 
 // untilWithin is until with its own limit.
@@ -159,10 +218,8 @@ func (p *pageDriver) untilWithin(what, expr string, limit time.Duration) {
 		if time.Now().After(deadline) {
 			p.t.Fatalf("page: %s not seen within %s (last error %v; progress line %q)", what, limit, err, p.text("#progress"))
 		}
-		ctx, cancel := context.WithTimeout(p.ctx, 10*time.Second)
-		_ = chromedp.Do(ctx, chromedp.Click(chromedp.CSS("#refresh")))
-		cancel()
-		time.Sleep(300 * time.Millisecond)
+		_, _ = p.eval(`(() => { const r = document.querySelector("#refresh"); if (r) r.click(); return true; })()`)
+		time.Sleep(300 * time.Millisecond) // the pace of the tries
 	}
 }
 
@@ -179,7 +236,7 @@ func rowExpr(table, id string) string {
 // text is the element's visible text.
 func (p *pageDriver) text(sel string) string {
 	p.t.Helper()
-	ctx, cancel := context.WithTimeout(p.ctx, 10*time.Second)
+	ctx, cancel := context.WithTimeout(p.ctx, evalTimeout)
 	defer cancel()
 	s, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(sel)))
 	require.NoError(p.t, err, sel)
@@ -209,28 +266,29 @@ func TestOpsBrowser(t *testing.T) {
 	assert.Contains(t, row, "schema mismatch in b1")
 	p.clickNow("retry now of "+one, rowSel("#dl-table", one)+` td.actions button:nth-child(2)`)
 	p.until("dead letter "+one+" gone", "!"+rowExpr("#dl-table", one))
-	assert.Contains(t, p.text("#progress"), "Retried "+one)
+	// The retry's outcome ends its progress line (nobody fails it again: delivered once its
+	// quiet window passed). Awaited before the next action: a later outcome would replace
+	// that action's line.
+	p.until("the outcome of the retry of "+one, jsText("#progress")+` === `+jsString("Retried "+one+": Retry successful."))
 	st, err := s.state(one)
 	require.NoError(t, err)
 	assert.NotEqual(t, workflows.StatusDead, st.Status)
-	assert.Equal(t, "op", st.Events[len(st.Events)-1].Actor)
+	assert.True(t, slices.ContainsFunc(st.Events, func(e workflows.Event) bool { return e.Kind == workflows.SignalRetryNow && e.Actor == "op" }),
+		"the page's retry-now, by the token's name, in the run's record: %+v", st.Events)
 
 	// Select three, bulk retry, see the progress line.
 	many := s.dead(q, "", "b2", "b3", "b4")
 	for _, id := range many {
 		p.until("dead letter "+id, rowExpr("#dl-table", id))
 	}
-	for _, id := range many {
-		p.clickNow("the checkbox of "+id, rowSel("#dl-table", id)+` input.row-select`)
-	}
-	p.do(chromedp.Click(chromedp.CSS("#dl-bulk-retry")))
+	p.bulk("#dl-table", "#dl-bulk-retry", many...)
 	p.until("the bulk progress line", `document.querySelector("#progress").textContent.includes("3/3 succeeded")`)
 	assert.Equal(t, "Bulk retry complete: 3/3 succeeded.", p.text("#progress"))
 
-	// Delete asks first.
+	// Delete asks first (the confirm dialog, which acceptDialogs answers).
 	del := s.dead(q, "", "b5")[0]
 	p.until("dead letter "+del, rowExpr("#dl-table", del))
-	p.do(chromedp.Click(chromedp.CSS(rowSel("#dl-table", del) + ` td.actions button:nth-child(4)`))) // a real click: it opens the confirm dialog that acceptDialogs answers
+	p.clickNow("delete of "+del, rowSel("#dl-table", del)+` td.actions button:nth-child(4)`)
 	p.until("dead letter "+del+" gone", "!"+rowExpr("#dl-table", del))
 	p.mu.Lock()
 	assert.Contains(t, p.dialogs, "Permanently delete this entry?")
@@ -249,7 +307,7 @@ func (p *pageDriver) attr(sel, name string) string {
 	p.t.Helper()
 	b, _ := json.Marshal(sel)
 	n, _ := json.Marshal(name)
-	ctx, cancel := context.WithTimeout(p.ctx, 10*time.Second)
+	ctx, cancel := context.WithTimeout(p.ctx, evalTimeout)
 	defer cancel()
 	v, err := chromedp.Run(ctx, chromedp.Evaluate[string](fmt.Sprintf(`(document.querySelector(%s) || {getAttribute: () => ""}).getAttribute(%s) || ""`, b, n)))
 	require.NoError(p.t, err, sel)
@@ -280,7 +338,7 @@ func TestOpsBrowserOperatorViews(t *testing.T) {
 
 	typed := s.typed(q, "t1", "permanent", "")
 	plain := s.dead(q, "", "u1")[0]
-	sch := []string{s.typed(q, "s1", "transient", "email"), s.typed(q, "s2", "transient", "email")}
+	sch := []string{s.typed(q, "s1", "transient", "e2e-email"), s.typed(q, "s2", "transient", "e2e-email")}
 	s.publishRetry(message.RetryMessage{MessageID: "ok", OriginalPayload: []byte("p"), OriginalQueue: other,
 		ErrorReason: "503", EventType: "order.created"})
 	delivered := message.WorkflowID(other, "ok")
@@ -300,7 +358,7 @@ func TestOpsBrowserOperatorViews(t *testing.T) {
 	assert.Equal(t, "_blank", p.attr(row+" a.view-log", "target"))
 
 	// Details: a summary, the View log link and the attempts as a table.
-	p.do(chromedp.Click(chromedp.CSS(row + ` td.actions button:nth-child(1)`)))
+	p.clickNow("details of "+typed, row+` td.actions button:nth-child(1)`)
 	p.until("the details dialog", `document.querySelector("#detail").open`)
 	assert.Equal(t, wantLog, p.attr("#detail-log", "href"))
 	assert.Contains(t, p.text("#detail-summary"), "order.created")
@@ -311,23 +369,24 @@ func TestOpsBrowserOperatorViews(t *testing.T) {
 	ok, err := p.eval(`document.querySelectorAll("#detail-attempts thead th").length === 6`)
 	require.NoError(t, err)
 	assert.True(t, ok, "time, error, category, HTTP status, retry key and the attempt number")
-	p.do(chromedp.Click(chromedp.CSS("#detail form button")))
+	p.clickNow("the details' close button", "#detail form button")
 	p.until("the details dialog closed", `!document.querySelector("#detail").open`)
 
 	// The event type filter, on the dead letters and the retry queue.
 	p.setValue("#dl-filters [name=event_type]", "order.created")
-	p.do(chromedp.Click(chromedp.CSS(`#dl-filters button[type=submit]`)))
+	p.clickNow("the dead letters' filter", `#dl-filters button[type=submit]`)
 	p.until("the event type filter", rowExpr("#dl-table", typed)+" && !"+rowExpr("#dl-table", plain))
 	p.until("scheduled retries "+strings.Join(sch, ", "), rowExpr("#rq-table", sch[0])+" && "+rowExpr("#rq-table", sch[1]))
 	p.setValue("#rq-filters [name=event_type]", "order.paid")
-	p.do(chromedp.Click(chromedp.CSS(`#rq-filters button[type=submit]`)))
+	p.clickNow("the retry queue's filter", `#rq-filters button[type=submit]`)
 	p.until("an empty filtered retry queue", `!document.querySelector("#rq-empty").hidden`)
 
 	// Retry all matching: every scheduled order.created retry of the queue, after a count.
 	p.setValue("#rq-filters [name=event_type]", "order.created")
 	p.setValue("#rq-filters [name=queue]", q)
-	p.do(chromedp.Click(chromedp.CSS(`#rq-filters button[type=submit]`)))
-	p.do(chromedp.Click(chromedp.CSS("#rq-retry-matching")))
+	p.clickNow("the retry queue's filter", `#rq-filters button[type=submit]`)
+	p.until("the filtered retry queue", rowExpr("#rq-table", sch[0])+" && "+rowExpr("#rq-table", sch[1]))
+	p.clickNow("retry all matching", "#rq-retry-matching")
 	p.until("the retry-matching progress line", `document.querySelector("#progress").textContent.includes("Retry all matching complete")`)
 	assert.Equal(t, "Retry all matching complete: 2/2 succeeded.", p.text("#progress"))
 	p.mu.Lock()
@@ -353,6 +412,12 @@ func breakerRowSel(queue string) string {
 	return fmt.Sprintf(`#br-table tbody tr[data-queue=%s]`, b)
 }
 
+// jsString is s as a JavaScript string literal.
+func jsString(s string) string {
+	b, _ := json.Marshal(s)
+	return string(b)
+}
+
 // jsText is a JavaScript expression: the trimmed text of sel ("" when absent).
 func jsText(sel string) string {
 	b, _ := json.Marshal(sel)
@@ -375,7 +440,7 @@ func TestOpsBrowserBreakers(t *testing.T) {
 	// Pause by name: the breaker starts paused.
 	p.setValue("#br-pause-form [name=queue]", q)
 	p.setValue("#br-pause-form [name=reason]", "payments deploy")
-	p.do(chromedp.Click(chromedp.CSS("#br-pause")))
+	p.clickNow("pause", "#br-pause")
 	row := breakerRowSel(q)
 	p.until("the paused breaker of "+q, jsText(row+" td.state")+` === "paused"`)
 	assert.Contains(t, p.text("#progress"), "Paused "+q)
@@ -390,19 +455,19 @@ func TestOpsBrowserBreakers(t *testing.T) {
 	p.until("the held retry "+id, rowExpr("#rq-table", id)+" && "+jsText(rowSel("#rq-table", id)+" td.status")+` === "held"`)
 	p.until("the held count of "+q, jsText(row+" td.held")+` === "1"`)
 	p.setValue("#rq-filters [name=status]", "held")
-	p.do(chromedp.Click(chromedp.CSS(`#rq-filters button[type=submit]`)))
+	p.clickNow("the retry queue's filter", `#rq-filters button[type=submit]`)
 	p.until("the held filter", rowExpr("#rq-table", id))
 	st, err := s.state(id)
 	require.NoError(t, err)
 	assert.Equal(t, workflows.StatusHeld, st.Status)
 
 	// Resume from the row: closed, and the held retry is released and delivered.
-	p.do(chromedp.Click(chromedp.CSS(row + ` td.actions button:nth-child(1)`)))
+	p.clickNow("resume of "+q, row+` td.actions button:nth-child(1)`)
 	p.until("the resumed breaker of "+q, jsText(row+" td.state")+` === "closed"`)
 	p.mu.Lock()
 	assert.Contains(t, p.dialogs, "Resume "+q+"? Its held retries are released at the release rate.")
 	p.mu.Unlock()
-	require.Equal(t, workflows.StatusDelivered, s.workflowResult(id, 90*time.Second).Status)
+	require.Equal(t, workflows.StatusDelivered, s.workflowResult(id, patience).Status)
 	p.until("the held count back to 0", jsText(row+" td.held")+` === "0"`)
 	bst, err := s.breakerState(q)
 	require.NoError(t, err)

@@ -91,10 +91,10 @@ func TestGoClientRetriesThenDelivered(t *testing.T) {
 		MessageId: "gc-1", CorrelationId: "corr-1", ContentType: "application/json", Type: "order.created",
 		Body: []byte(`{"order":1}`), Headers: amqp.Table{"traceparent": clientTraceparent, "x-tenant": "acme"},
 	})
-	first := c.next(t, 10*time.Second)
+	first := c.next(t, patience)
 	require.Nil(t, first.Headers[message.HeaderRetryCount])
 	for n := 1; n <= 2; n++ {
-		d := c.next(t, 30*time.Second)
+		d := c.next(t, patience)
 		require.EqualValues(t, n, d.Headers[message.HeaderRetryCount])
 		require.Equal(t, fmt.Sprintf("gc-1:%d", n), d.Headers[message.HeaderRetryKey])
 		require.Equal(t, []byte(`{"order":1}`), d.Body)
@@ -105,7 +105,7 @@ func TestGoClientRetriesThenDelivered(t *testing.T) {
 		require.Equal(t, "acme", d.Headers["x-tenant"])
 	}
 
-	r := s.workflowResult(message.WorkflowID(orders, "gc-1"), 60*time.Second)
+	r := s.workflowResult(message.WorkflowID(orders, "gc-1"), patience)
 	require.Equal(t, workflows.StatusDelivered, r.Status)
 	require.Equal(t, 2, r.RetryCount)
 	require.NoError(t, reportErr())
@@ -124,7 +124,7 @@ func TestGoClientPermanentDeadLetters(t *testing.T) {
 	dead := s.consume(s.dlq, nil)
 
 	s.publishRaw(orders, amqp.Publishing{MessageId: "gc-2", Body: []byte(`{"order":2}`)})
-	env := envelopeOf(t, dead.next(t, 30*time.Second))
+	env := envelopeOf(t, dead.next(t, patience))
 	require.NoError(t, reportErr())
 	require.Equal(t, "non-retryable", env.DeadReason)
 	require.Equal(t, "permanent", env.FailureCategory)
@@ -210,7 +210,7 @@ func (s *stack) nodeConsumer(queue string) <-chan nodeEvent {
 			t.Logf("node consumer stderr:\n%s", stderr.String())
 		}
 	})
-	if e := nextNodeEvent(t, events, 30*time.Second); e.Event != "ready" {
+	if e := nextNodeEvent(t, events, patience); e.Event != "ready" {
 		t.Fatalf("node consumer: first event %+v, want ready", e) // its stderr is logged at cleanup
 	}
 	return events
@@ -248,9 +248,9 @@ func TestNodeClientAgainstTheService(t *testing.T) {
 		{Event: "processed", ID: "nc-1", RetryCount: 2, RetryKey: "nc-1:2"},
 	}
 	for _, w := range want {
-		require.Equal(t, w, nextNodeEvent(t, events, 30*time.Second))
+		require.Equal(t, w, nextNodeEvent(t, events, patience))
 	}
-	r := s.workflowResult(message.WorkflowID(orders, "nc-1"), 60*time.Second)
+	r := s.workflowResult(message.WorkflowID(orders, "nc-1"), patience)
 	require.Equal(t, workflows.StatusDelivered, r.Status)
 	require.Equal(t, 2, r.RetryCount)
 	st, err := s.state(message.WorkflowID(orders, "nc-1"))
@@ -262,8 +262,8 @@ func TestNodeClientAgainstTheService(t *testing.T) {
 	}
 
 	s.publishRaw(orders, amqp.Publishing{MessageId: "nc-2", Body: []byte(`{"order":2}`), Headers: amqp.Table{"x-fail": "permanent"}})
-	require.Equal(t, nodeEvent{Event: "reported", ID: "nc-2", Error: "order nc-2 references no customer"}, nextNodeEvent(t, events, 30*time.Second))
-	env := envelopeOf(t, dead.next(t, 30*time.Second))
+	require.Equal(t, nodeEvent{Event: "reported", ID: "nc-2", Error: "order nc-2 references no customer"}, nextNodeEvent(t, events, patience))
+	env := envelopeOf(t, dead.next(t, patience))
 	require.Equal(t, "nc-2", env.MessageID)
 	require.Equal(t, "non-retryable", env.DeadReason)
 	require.Equal(t, "permanent", env.FailureCategory)

@@ -86,7 +86,7 @@ func TestClusterNodeLossUnderLoad(t *testing.T) {
 	})
 	settled := time.Since(killedAt)
 	requireFirstKeyOnly(t, keys)
-	eventually(t, time.Minute, func() error {
+	eventually(t, patience, func() error {
 		now, err := bridgeNode()
 		if err != nil {
 			return err
@@ -97,7 +97,7 @@ func TestClusterNodeLossUnderLoad(t *testing.T) {
 		return nil
 	})
 	// Both of the service's connections are up again, on the nodes left.
-	eventually(t, time.Minute, func() error {
+	eventually(t, patience, func() error {
 		nodes, err := cl.ConnectionNodes(svcConn)
 		if err != nil {
 			return err
@@ -107,7 +107,7 @@ func TestClusterNodeLossUnderLoad(t *testing.T) {
 		}
 		return nil
 	})
-	require.True(t, httpOK("http://"+s.cfg.HTTPAddr+"/readyz"), "service ready after the failover")
+	require.Eventually(t, func() bool { return httpOK("http://" + s.cfg.HTTPAddr + "/readyz") }, patience, 100*time.Millisecond, "service ready after the failover")
 	dups := len(c.all()) - n
 	// Whether the publisher's connection was on the killed node (its channels then all open
 	// anew while the destination's leader moves), from the service's log.

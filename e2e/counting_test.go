@@ -50,7 +50,7 @@ func TestSocketHangUpTextGetsMaxRetries(t *testing.T) {
 
 	s.publishRetry(message.RetryMessage{MessageID: "hangup-1", OriginalPayload: []byte("p"), OriginalQueue: orders,
 		ErrorReason: reason, MaxRetries: 3})
-	env := envelopeOf(t, dead.next(t, 60*time.Second))
+	env := envelopeOf(t, dead.next(t, patience))
 	id := message.WorkflowID(orders, "hangup-1")
 	s.recordHistory(id, "socket-code-in-reason")
 	require.NoError(t, reportErr())
@@ -81,7 +81,7 @@ func TestXDeathWithoutErrorHeadersGetsDefaultsRetries(t *testing.T) {
 
 	s.publishRaw(payments, amqp.Publishing{MessageId: "adopt-1", ContentType: "text/plain", Type: "payment.requested",
 		Body: []byte("charge 10 EUR")})
-	env := envelopeOf(t, dead.next(t, 60*time.Second))
+	env := envelopeOf(t, dead.next(t, patience))
 	id := message.WorkflowID(payments, "adopt-1")
 	s.recordHistory(id, "xdeath-unknown-under-default")
 
@@ -97,7 +97,7 @@ func TestXDeathWithoutErrorHeadersGetsDefaultsRetries(t *testing.T) {
 	require.Len(t, env.RetryAttempts, 4)
 
 	// The event type (the AMQP type property here) is a search attribute.
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
 	defer cancel()
 	desc, err := s.tc.DescribeWorkflow(ctx, id, "")
 	require.NoError(t, err)
@@ -130,21 +130,21 @@ func TestRetryFromDeadAfterTheWindowIsScheduled(t *testing.T) {
 	// Dead at once: a permanent error, under aggressive.
 	s.publishRetry(message.RetryMessage{MessageID: "window-1", OriginalPayload: []byte("p"), OriginalQueue: orders,
 		ErrorReason: "bad schema", ErrorCategory: "permanent", Policy: "aggressive"})
-	first := envelopeOf(t, dead.next(t, 30*time.Second))
+	first := envelopeOf(t, dead.next(t, patience))
 	require.Equal(t, "non-retryable", first.DeadReason)
 	require.Equal(t, "aggressive", first.Policy)
 	id := message.WorkflowID(orders, "window-1")
 
 	// Past aggressive's 15 s window since the first failure, the operator retries.
-	time.Sleep(time.Until(first.FirstFailureAt.Add(15*time.Second + 500*time.Millisecond)))
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	time.Sleep(time.Until(first.FirstFailureAt.Add(15*time.Second + 500*time.Millisecond))) // the scenario's clock: no event marks a window's end
+	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
 	defer cancel()
 	require.NoError(t, s.tc.SignalWorkflow(ctx, id, "", workflows.SignalRetryNow,
 		workflows.OperatorAction{Actor: "e2e", Reason: "schema fixed"}))
 
 	// The republish fails again; the decision on that failure is what this test is about.
 	var st workflows.State
-	eventually(t, 30*time.Second, func() error {
+	eventually(t, patience, func() error {
 		var err error
 		if st, err = s.state(id); err != nil {
 			return err

@@ -56,19 +56,19 @@ func TestDashboardAndAlertSeriesAreOnMetrics(t *testing.T) {
 
 	// A workflow type no worker registered: its workflow task fails (failure_reason
 	// WorkflowError), which brings the failure counter the non-determinism alert reads.
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
 	defer cancel()
 	unknownID := s.prefix + "-unknown-type"
 	_, err := s.tc.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: unknownID, TaskQueue: s.cfg.TaskQueue, WorkflowRunTimeout: 5 * time.Minute}, "NoSuchWorkflow")
 	require.NoError(t, err)
 	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
 		defer cancel()
 		_ = s.tc.TerminateWorkflow(ctx, unknownID, "", "test over")
 	})
 
-	require.Equal(t, "exhausted", envelopeOf(t, dead.next(t, 60*time.Second)).DeadReason)
-	require.Equal(t, workflows.StatusDelivered, s.workflowResult(message.WorkflowID(orders, "ok-1"), 60*time.Second).Status)
+	require.Equal(t, "exhausted", envelopeOf(t, dead.next(t, patience)).DeadReason)
+	require.Equal(t, workflows.StatusDelivered, s.workflowResult(message.WorkflowID(orders, "ok-1"), patience).Status)
 
 	want := queriedSeries(t)
 	t.Logf("series the dashboard and the alert rules query: %s", strings.Join(want, " "))
@@ -88,10 +88,10 @@ func TestDashboardAndAlertSeriesAreOnMetrics(t *testing.T) {
 	}
 
 	// SDK metrics reach the registry through tally once a second, the depth gauges and the
-	// breakers' on the next poll: scrape until everything is there, or a minute passes.
+	// breakers' on the next poll: scrape until everything is there, or patience runs out.
 	var last scraped
 	var missing []string
-	deadline := time.Now().Add(60 * time.Second)
+	deadline := time.Now().Add(patience)
 	for {
 		last, err = scrape(metricsURL)
 		if err == nil {

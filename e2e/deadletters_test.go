@@ -90,7 +90,7 @@ func TestConfiguredDeadLetterQueuesAreDeclaredAndReceiveEnvelopes(t *testing.T) 
 		ErrorReason: "bad request", RetryCount: 3, MaxRetries: 3,
 	})
 
-	d := routed.next(t, 30*time.Second)
+	d := routed.next(t, patience)
 	require.NoError(t, schematest.Validate(d.Body), "the envelope matches docs/envelope.schema.json")
 	env := envelopeOf(t, d)
 	assert.Equal(t, "refund-1", env.MessageID)
@@ -116,7 +116,7 @@ func TestConfiguredDeadLetterQueuesAreDeclaredAndReceiveEnvelopes(t *testing.T) 
 	assert.LessOrEqual(t, len(env.StackTrace), message.MaxStackTraceBytes)
 	assert.True(t, strings.HasPrefix(env.StackTrace, "TimeoutError: upstream timed out\n"), "stack trace: %.80q", env.StackTrace)
 
-	d = byPolicy.next(t, 30*time.Second)
+	d = byPolicy.next(t, patience)
 	require.NoError(t, schematest.Validate(d.Body), "the envelope matches docs/envelope.schema.json")
 	assert.Equal(t, "invoice-1", envelopeOf(t, d).MessageID)
 	assert.NotEmpty(t, d.Expiration)
@@ -131,7 +131,7 @@ func TestUndeclarableDeadLetterQueueRefusesToStart(t *testing.T) {
 	t.Cleanup(func() { s.deleteQueues(s.prefix + ".refunds.dead") })
 	cfg := s.cfg
 	cfg.Mode = "all"
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), patience)
 	defer cancel()
 	err := service.Run(ctx, cfg, discard())
 	require.Error(t, err)
@@ -161,7 +161,7 @@ func TestEventTypeOfTheDeadLetteredForm(t *testing.T) {
 	}
 	got := map[string]message.Envelope{}
 	for range 2 {
-		d := dlq.next(t, 30*time.Second)
+		d := dlq.next(t, patience)
 		require.NoError(t, schematest.Validate(d.Body), "the envelope matches docs/envelope.schema.json")
 		env := envelopeOf(t, d)
 		got[env.MessageID] = env
@@ -193,8 +193,8 @@ func TestExpiredDeadLetterIsCountedAndArchived(t *testing.T) {
 		MessageID: "expire-1", OriginalPayload: []byte(`{"order":1}`), OriginalQueue: orders,
 		ErrorReason: "bad request", RetryCount: 3, MaxRetries: 3, Service: "orders-svc",
 	})
-	d := envelopeOf(t, dead.next(t, 30*time.Second))
-	a := archived.next(t, 30*time.Second)
+	d := envelopeOf(t, dead.next(t, patience))
+	a := archived.next(t, patience)
 	require.NoError(t, schematest.Validate(a.Body), "the archived envelope matches docs/envelope.schema.json")
 	assert.Empty(t, a.Expiration, "the archive is the last copy: it never expires")
 	env := envelopeOf(t, a)

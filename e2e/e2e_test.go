@@ -22,7 +22,8 @@ import (
 	"github.com/retry-scheduler/retry-scheduler/message"
 )
 
-var httpClient = &http.Client{Timeout: 2 * time.Second}
+// httpClient reads the service's health endpoints: a loaded machine can take seconds to answer.
+var httpClient = &http.Client{Timeout: 10 * time.Second}
 
 func nopLogger() log.Logger { return log.NewStructuredLogger(discard()) }
 
@@ -42,7 +43,7 @@ func TestRetryMessageIsRepublishedAfterDelay(t *testing.T) {
 		ErrorReason: "503 from payments", HTTPStatus: 503,
 		OriginalHeaders: map[string]any{"x-trace": "abc"},
 	})
-	d := c.next(t, 30*time.Second)
+	d := c.next(t, patience)
 	require.GreaterOrEqual(t, time.Since(sent), 300*time.Millisecond, "republished before the policy delay")
 	require.Equal(t, binaryPayload, d.Body)
 	require.Equal(t, "m-1", d.MessageId)
@@ -52,7 +53,7 @@ func TestRetryMessageIsRepublishedAfterDelay(t *testing.T) {
 	require.Equal(t, amqp.Persistent, d.DeliveryMode)
 
 	id := message.WorkflowID(orders, "m-1")
-	require.Equal(t, workflows.StatusDelivered, s.workflowResult(id, 30*time.Second).Status)
+	require.Equal(t, workflows.StatusDelivered, s.workflowResult(id, patience).Status)
 	s.recordHistory(id, "delivered-start-delay")
 }
 
@@ -70,7 +71,7 @@ func TestFailingConsumerExhaustsThenDeadLetters(t *testing.T) {
 
 	s.publishRetry(message.RetryMessage{MessageID: "m-2", OriginalPayload: []byte("p"), OriginalQueue: orders,
 		ErrorReason: "timeout #1", ErrorCode: "ETIMEDOUT"})
-	env := envelopeOf(t, dead.next(t, 60*time.Second))
+	env := envelopeOf(t, dead.next(t, patience))
 	require.NoError(t, reportErr())
 
 	got := c.all()
@@ -122,9 +123,9 @@ func TestDeadLetterAdoption(t *testing.T) {
 		MessageId: "pay-1", ContentType: "text/plain", Body: []byte("charge 10 EUR"),
 		Headers: amqp.Table{"x-customer": "c-9", "x-amount": int32(10)},
 	})
-	first := c.next(t, 10*time.Second)
+	first := c.next(t, patience)
 	require.Nil(t, first.Headers["x-retry-count"])
-	again := c.next(t, 30*time.Second)
+	again := c.next(t, patience)
 	require.Equal(t, []byte("charge 10 EUR"), again.Body)
 	require.Equal(t, "pay-1", again.MessageId)
 	require.Equal(t, "text/plain", again.ContentType)
@@ -146,7 +147,7 @@ func TestDuplicateReportRepublishesOnce(t *testing.T) {
 	s.publishRetry(m)
 
 	id := message.WorkflowID(orders, "m-4")
-	r := s.workflowResult(id, 30*time.Second)
+	r := s.workflowResult(id, patience)
 	require.Equal(t, workflows.StatusDelivered, r.Status)
 	require.Len(t, c.all(), 1, "one republish for a report delivered twice")
 }
@@ -166,7 +167,7 @@ func TestPoisonAndOversizeAreDeadLettered(t *testing.T) {
 	// Keyed by the first bytes of the raw payload: each envelope keeps the delivery as it came.
 	got := map[string]message.Envelope{}
 	for i := 0; i < 3; i++ {
-		e := envelopeOf(t, dead.next(t, 20*time.Second))
+		e := envelopeOf(t, dead.next(t, patience))
 		got[string(e.OriginalMessage.Payload[:5])] = e
 	}
 	require.Len(t, got, 3)
@@ -180,7 +181,7 @@ func TestPoisonAndOversizeAreDeadLettered(t *testing.T) {
 	require.Contains(t, big.DeadDetail, "65536")
 
 	s.publishRetry(message.RetryMessage{MessageID: "good", OriginalPayload: []byte("ok"), OriginalQueue: orders, ErrorReason: "503"})
-	require.Equal(t, "good", c.next(t, 30*time.Second).MessageId, "the bridge still runs after poison")
+	require.Equal(t, "good", c.next(t, patience).MessageId, "the bridge still runs after poison")
 }
 
 // 6. The worker killed with SIGKILL while a retry waits; a new worker fires it. Once with
@@ -209,17 +210,17 @@ func workerKilledWhileRetryWaits(t *testing.T, startDelayMax time.Duration, hist
 	id := message.WorkflowID(orders, "m-6")
 	// The search attributes say scheduled from the start with a start delay (the run has
 	// no task before it ends), and after the run's first task with a timer.
-	s.waitRetryStatus(id, workflows.StatusScheduled, 20*time.Second)
+	s.waitRetryStatus(id, workflows.StatusScheduled, patience)
 	require.NoError(t, w1.Process.Kill()) // SIGKILL
 	_ = w1.Wait()
 	killed := time.Now()
 
 	s.startWorker(t, bin)
-	d := c.next(t, 60*time.Second)
+	d := c.next(t, patience)
 	t.Logf("republished %s after the kill", time.Since(killed).Round(100*time.Millisecond))
 	require.Equal(t, []byte("durable"), d.Body)
 	require.EqualValues(t, 1, d.Headers["x-retry-count"])
-	require.Equal(t, workflows.StatusDelivered, s.workflowResult(id, 60*time.Second).Status)
+	require.Equal(t, workflows.StatusDelivered, s.workflowResult(id, patience).Status)
 	if history != "" {
 		s.recordHistory(id, history)
 	}
@@ -322,8 +323,8 @@ func TestLateReportNewRunKeepsTheWholeStory(t *testing.T) {
 
 	s.publishRetry(message.RetryMessage{MessageID: "late-1", OriginalPayload: []byte("x"), OriginalQueue: orders, ErrorReason: "fail #1", HTTPStatus: 503})
 	id := message.WorkflowID(orders, "late-1")
-	require.Equal(t, workflows.StatusDelivered, s.workflowResult(id, 30*time.Second).Status)
-	c.next(t, 5*time.Second)
+	require.Equal(t, workflows.StatusDelivered, s.workflowResult(id, patience).Status)
+	c.next(t, patience)
 
 	// The consumer's report of retry 1 arrives only now, after the run ended as delivered.
 	mu.Lock()
@@ -332,7 +333,7 @@ func TestLateReportNewRunKeepsTheWholeStory(t *testing.T) {
 	s.publishRetry(message.RetryMessage{MessageID: "late-1", OriginalPayload: []byte("x"), OriginalQueue: orders,
 		ErrorReason: "fail #2", HTTPStatus: 503, RetryCount: 1, RetryKey: "late-1:1"})
 
-	env := envelopeOf(t, dead.next(t, 60*time.Second))
+	env := envelopeOf(t, dead.next(t, patience))
 	require.Equal(t, "exhausted", env.DeadReason)
 	require.Len(t, env.RetryAttempts, 4, "attempts of both runs")
 	for i, a := range env.RetryAttempts {

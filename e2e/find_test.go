@@ -7,9 +7,7 @@ import (
 	"sort"
 	"strings"
 	"testing"
-	"time"
 
-	"github.com/chromedp/chromedp"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -36,7 +34,7 @@ func (s *stack) envelopes(n int) map[string]message.Envelope {
 	c := s.consume(s.dlq, nil)
 	out := map[string]message.Envelope{}
 	for range n {
-		e := envelopeOf(s.t, c.next(s.t, 30*time.Second))
+		e := envelopeOf(s.t, c.next(s.t, patience))
 		out[e.WorkflowID] = e
 	}
 	return out
@@ -103,7 +101,7 @@ func TestFindDeadLetters(t *testing.T) {
 	assert.Equal(t, map[string]any{"queue": q, "service": "billing"}, job["filter"])
 	var republished []string
 	for range 2 {
-		republished = append(republished, back.next(t, 30*time.Second).MessageId)
+		republished = append(republished, back.next(t, patience).MessageId)
 	}
 	back.caughtUp(t)
 	assert.Equal(t, []string{"b1", "b2"}, sorted(republished))
@@ -118,7 +116,7 @@ func TestFindDeadLetters(t *testing.T) {
 	job = api.waitJob(adminToken, api.must(202, adminToken, "POST", "/api/dead-letters/purge",
 		map[string]any{"queue": q, "error_text": "MISSING FIELD", "reason": "bad input"}))
 	assert.EqualValues(t, 1, job["done"], job)
-	assert.Equal(t, workflows.StatusDiscarded, s.workflowResult(shipping[0], 30*time.Second).Status)
+	assert.Equal(t, workflows.StatusDiscarded, s.workflowResult(shipping[0], patience).Status)
 }
 
 // The page: the Service and External System columns, and the search box finds a dead letter
@@ -144,12 +142,12 @@ func TestFindDeadLettersInBrowser(t *testing.T) {
 	assert.True(t, ok, "the External System column")
 
 	p.setValue("#dl-filters [name=dlq_id]", envs[shipping].DLQID)
-	p.do(chromedp.Click(chromedp.CSS(`#dl-filters button[type=submit]`)))
+	p.clickNow("the dead letters' filter", `#dl-filters button[type=submit]`)
 	p.until("the search by dlqId", rowExpr("#dl-table", shipping)+" && !"+rowExpr("#dl-table", billing))
 
 	p.setValue("#dl-filters [name=dlq_id]", "")
 	p.setValue("#dl-filters [name=error_text]", "UPSTREAM")
-	p.do(chromedp.Click(chromedp.CSS(`#dl-filters button[type=submit]`)))
+	p.clickNow("the dead letters' filter", `#dl-filters button[type=submit]`)
 	p.until("the error text filter", rowExpr("#dl-table", billing)+" && !"+rowExpr("#dl-table", shipping))
 	assert.True(t, strings.Contains(p.attr(row+" td.err", "title"), "TimeoutError"), "the error type on the last error")
 }

@@ -32,17 +32,17 @@ func TestQueueAndIDWithSlashesAreTwoMessages(t *testing.T) {
 	s.publishRetry(message.RetryMessage{MessageID: "eu/42", OriginalPayload: []byte("slashed id"), OriginalQueue: base,
 		ErrorReason: "503", HTTPStatus: 503, Policy: "e2e-fast"})
 
-	d := cSlashed.next(t, 30*time.Second)
+	d := cSlashed.next(t, patience)
 	assert.Equal(t, "42", d.MessageId)
 	assert.Equal(t, []byte("slashed queue"), d.Body)
-	d = cBase.next(t, 30*time.Second)
+	d = cBase.next(t, patience)
 	assert.Equal(t, "eu/42", d.MessageId)
 	assert.Equal(t, []byte("slashed id"), d.Body)
 
 	a, b := message.WorkflowID(slashed, "42"), message.WorkflowID(base, "eu/42")
 	require.NotEqual(t, a, b)
-	require.Equal(t, workflows.StatusDelivered, s.workflowResult(a, 30*time.Second).Status)
-	require.Equal(t, workflows.StatusDelivered, s.workflowResult(b, 30*time.Second).Status)
+	require.Equal(t, workflows.StatusDelivered, s.workflowResult(a, patience).Status)
+	require.Equal(t, workflows.StatusDelivered, s.workflowResult(b, patience).Status)
 	for id, q := range map[string]string{a: slashed, b: base} {
 		st, err := s.state(id)
 		require.NoError(t, err)
@@ -79,12 +79,12 @@ func TestReportFindsTheLegacyWorkflowOfItsQueue(t *testing.T) {
 	require.NoError(t, err)
 	s.run("all")
 	// The run's first task sets its OriginalQueue, which the look-up checks.
-	s.waitRetryStatus(legacy, workflows.StatusScheduled, 20*time.Second)
+	s.waitRetryStatus(legacy, workflows.StatusScheduled, patience)
 
 	// A redelivered report of the same message, through the ingress.
 	s.publishRetry(message.RetryMessage{MessageID: "7", OriginalPayload: []byte("live"), OriginalQueue: queue,
 		ErrorReason: "503", HTTPStatus: 503})
-	eventually(t, 20*time.Second, func() error {
+	eventually(t, patience, func() error {
 		st, err := s.state(legacy)
 		if err != nil {
 			return err
@@ -98,9 +98,9 @@ func TestReportFindsTheLegacyWorkflowOfItsQueue(t *testing.T) {
 	var notFound *serviceerror.NotFound
 	require.ErrorAs(t, err, &notFound, "no second workflow under the new ID")
 
-	d := c.next(t, 30*time.Second)
+	d := c.next(t, patience)
 	assert.Equal(t, "7", d.MessageId)
-	require.Equal(t, workflows.StatusDelivered, s.workflowResult(legacy, 30*time.Second).Status)
+	require.Equal(t, workflows.StatusDelivered, s.workflowResult(legacy, patience).Status)
 	c.caughtUp(t)
 	assert.Len(t, c.all(), 1, "one republish for the message")
 }

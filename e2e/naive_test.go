@@ -5,7 +5,6 @@ package e2e
 import (
 	"fmt"
 	"testing"
-	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/require"
@@ -42,7 +41,7 @@ func TestNaiveConsumerEndsDeadLettered(t *testing.T) {
 	metricsURL := "http://" + s.cfg.HTTPAddr + "/metrics"
 
 	s.publishRetry(naiveReport("naive-1", orders))
-	env := envelopeOf(t, dead.next(t, 60*time.Second))
+	env := envelopeOf(t, dead.next(t, patience))
 	id := message.WorkflowID(orders, "naive-1")
 	s.recordHistory(id, "naive-report-counted")
 	require.NoError(t, reportErr())
@@ -63,7 +62,7 @@ func TestNaiveConsumerEndsDeadLettered(t *testing.T) {
 	// One more report for the dead message: set aside, never silent.
 	before := mustScrape(t, metricsURL)
 	s.publishRetry(naiveReport("naive-1", orders))
-	eventually(t, 30*time.Second, func() error {
+	eventually(t, patience, func() error {
 		st, err = s.state(id)
 		if err != nil {
 			return err
@@ -93,10 +92,10 @@ func TestOpsPageShowsReportsSetAside(t *testing.T) {
 	api := s.runWithOps()
 	q := s.queue(s.prefix+".orders", nil)
 	id := s.dead(q, "", "aside-1")[0]
-	s.waitQueriedStatus(t, id, workflows.StatusDead, 30*time.Second)
+	s.waitQueriedStatus(t, id, workflows.StatusDead, patience)
 	s.publishRetry(message.RetryMessage{MessageID: "aside-1", OriginalPayload: []byte("p"), OriginalQueue: q,
 		ErrorReason: "still failing"})
-	eventually(t, 30*time.Second, func() error {
+	eventually(t, patience, func() error {
 		st, err := s.state(id)
 		if err != nil {
 			return err

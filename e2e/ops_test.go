@@ -93,7 +93,7 @@ func (a *opsAPI) waitTotal(token, path string, want int) map[string]any {
 	a.t.Helper()
 	var out map[string]any
 	// Each read lists and queries every row's workflow, so it reads twice a second.
-	eventuallyEvery(a.t, time.Minute, 500*time.Millisecond, func() error {
+	eventuallyEvery(a.t, patience, 500*time.Millisecond, func() error {
 		code, o := a.call(token, "GET", path, nil)
 		if code != 200 {
 			return fmt.Errorf("%s: %d %v", path, code, o)
@@ -114,7 +114,7 @@ func (a *opsAPI) waitTotal(token, path string, want int) map[string]any {
 func (a *opsAPI) listed(token, path string) map[string]any {
 	a.t.Helper()
 	var out map[string]any
-	eventuallyEvery(a.t, time.Minute, 500*time.Millisecond, func() error {
+	eventuallyEvery(a.t, patience, 500*time.Millisecond, func() error {
 		out = a.must(200, token, "GET", path, nil)
 		for _, it := range out["items"].([]any) {
 			if e, ok := it.(map[string]any)["detail_error"]; ok {
@@ -148,14 +148,15 @@ func (s *stack) dead(queue, tenant string, ids ...string) []string {
 	return wids
 }
 
-// scheduled publishes messages that wait a minute for their first retry (the built-in email
-// policy's first delay).
+// scheduled publishes messages that wait an hour for their first retry (policy e2e-email: the
+// built-in email policy's retries, its first delay an hour, so that they stay scheduled for as
+// long as a test takes).
 func (s *stack) scheduled(queue string, ids ...string) []string {
 	s.t.Helper()
 	var wids []string
 	for _, id := range ids {
 		s.publishRetry(message.RetryMessage{MessageID: id, OriginalPayload: []byte("p-" + id), OriginalQueue: queue,
-			ErrorReason: "503 from smtp", ErrorCategory: "transient", Policy: "email"})
+			ErrorReason: "503 from smtp", ErrorCategory: "transient", Policy: "e2e-email"})
 		wids = append(wids, message.WorkflowID(queue, id))
 	}
 	return wids
@@ -281,7 +282,7 @@ func TestOpsAPI(t *testing.T) {
 			assert.Contains(t, out["error"], tt.contains, "%s %s", tt.method, tt.path)
 		}
 		// Retrying a delivered message is refused, naming its status.
-		s.waitQueriedStatus(t, delivered, workflows.StatusDelivered, 30*time.Second)
+		s.waitQueriedStatus(t, delivered, workflows.StatusDelivered, patience)
 		out := api.must(409, opToken, "POST", msgPath(delivered)+"/retry", nil)
 		assert.Equal(t, "delivered", out["current_status"])
 		assert.Contains(t, out["error"], "is delivered")
@@ -289,18 +290,18 @@ func TestOpsAPI(t *testing.T) {
 
 	t.Run("ValidatorRefusesSynchronously", func(t *testing.T) {
 		// A skip of a dead letter is an update the workflow's validator rejects: the answer is
-		// the 409 with the table's reason, at once, and the run's history holds no trace of it.
+		// the 409 with the table's reason, and the run's history holds no trace of it (no
+		// accepted update, no signal): it was answered by the validator, not by polling the
+		// state after a signal. (How soon is the bench's figure: the ops API within 1 s.)
 		before, err := s.state(d[5])
 		require.NoError(t, err)
-		start := time.Now()
 		out := api.must(409, opToken, "POST", msgPath(d[5])+"/skip", map[string]string{"reason": "try"})
-		assert.Less(t, time.Since(start), 3*time.Second, "answered from the validator, not by polling")
 		assert.Equal(t, "dead", out["current_status"])
 		assert.Equal(t, fmt.Sprintf("message %q: the message is dead: skip is allowed only while scheduled or held", d[5]), out["error"])
 		after, err := s.state(d[5])
 		require.NoError(t, err)
 		assert.Len(t, after.Events, len(before.Events), "a rejected update is not an event of the run")
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
 		defer cancel()
 		it := s.tc.GetWorkflowHistory(ctx, d[5], "", false, 0)
 		for it.HasNext() {
@@ -324,7 +325,7 @@ func TestOpsAPI(t *testing.T) {
 		assert.Equal(t, "resolved", out["state"].(map[string]any)["status"])
 		// The resolve was an update (accepted and completed in the history): recorded for the
 		// replay tests as resolved-by-update.
-		assert.Equal(t, workflows.StatusResolved, s.workflowResult(d[1], 30*time.Second).Status)
+		assert.Equal(t, workflows.StatusResolved, s.workflowResult(d[1], patience).Status)
 		s.recordHistory(d[1], "resolved-by-update")
 		out = api.must(200, opToken, "POST", msgPath(d[2])+"/discard", "")
 		assert.Equal(t, "discarded", out["state"].(map[string]any)["status"])
@@ -388,11 +389,15 @@ func TestOpsAPI(t *testing.T) {
 // workflow's start delay: the run has had no task, so Temporal refuses the state query, and
 // the API reads the state from the run's start instead. Operators see it like any other
 // scheduled retry.
+//
+// That the list and the read came within the delay is shown by what follows them: a skip the
+// API refuses because the run is still in its start delay. The delay (30 s, the e2e-delayed
+// policy) leaves a loaded machine time for the three calls.
 func TestOpsAPIShowsARetryInItsStartDelay(t *testing.T) {
 	s := newStack(t)
-	s.cfg.StartDelayMax = 10 * time.Second // the start-delay lever, off by default
+	s.cfg.StartDelayMax = delayedFirstRetry // the start-delay lever, off by default
 	api := s.runWithOps()
-	q := s.queue(s.prefix+".waiting", nil) // routed to the 8 s policy
+	q := s.queue(s.prefix+".delayed", nil) // routed to the e2e-delayed policy
 	c := s.consume(q, nil)
 	sent := time.Now()
 	s.publishRetry(message.RetryMessage{MessageID: "w-1", OriginalPayload: []byte("p"), OriginalQueue: q,
@@ -400,31 +405,30 @@ func TestOpsAPIShowsARetryInItsStartDelay(t *testing.T) {
 	id := message.WorkflowID(q, "w-1")
 
 	out := api.waitTotal(viewerToken, "/api/retry-queue?queue="+url.QueryEscape(q), 1)
-	require.Less(t, time.Since(sent), 8*time.Second, "listed within the delay")
 	row := out["items"].([]any)[0].(map[string]any)
 	assert.Equal(t, "scheduled", row["status"])
 	assert.Equal(t, "503 from payments", row["last_error"], "read from the run's start")
 	assert.Nil(t, row["detail_error"])
 
 	msg := api.must(200, viewerToken, "GET", msgPath(id), nil)
-	require.Less(t, time.Since(sent), 8*time.Second, "read within the delay")
 	st := msg["state"].(map[string]any)
 	assert.Equal(t, "scheduled", st["status"])
 	first, err := time.Parse(time.RFC3339Nano, st["first_failure_at"].(string))
 	require.NoError(t, err)
 	next, err := time.Parse(time.RFC3339Nano, st["next_retry_at"].(string))
 	require.NoError(t, err)
-	assert.Equal(t, 8*time.Second, next.Sub(first))
+	assert.Equal(t, delayedFirstRetry, next.Sub(first))
 	assert.Equal(t, "503 from payments", st["attempts"].([]any)[0].(map[string]any)["error"])
 	assert.NotNil(t, msg["workflow"].(map[string]any)["start_delay_until"])
 	// Temporal would hold a signal until the delay ends (and a skip would come after the
-	// republish): the API refuses, saying why.
+	// republish): the API refuses, saying why. Refused for the start delay, after the list
+	// and the read: all of them came within the delay.
 	refused := api.must(409, opToken, "POST", msgPath(id)+"/skip", map[string]string{"reason": "not today"})
-	assert.Contains(t, refused["error"], "start delay")
-	require.Less(t, time.Since(sent), 8*time.Second, "all of it within the delay")
+	require.Contains(t, refused["error"], "start delay", "the skip came after the start delay: the list and the read above did not surely come within it")
 
-	d := c.next(t, 30*time.Second)
-	require.GreaterOrEqual(t, time.Since(sent), 8*time.Second, "republished at the end of the delay, not before")
+	d := c.next(t, patience)
+	// A lower bound, which no slowness breaks.
+	require.GreaterOrEqual(t, time.Since(sent), delayedFirstRetry, "republished at the end of the delay, not before")
 	require.EqualValues(t, 1, d.Headers["x-retry-count"])
 }
 
@@ -437,7 +441,7 @@ func (s *stack) uiLink(id, runID string) string {
 }
 
 // typed publishes a message with event type order.created that fails with category (permanent:
-// dead at once; transient under the email policy: scheduled a minute out).
+// dead at once; transient under policy e2e-email: scheduled an hour out).
 func (s *stack) typed(queue, id, category, pol string) string {
 	s.t.Helper()
 	s.publishRetry(message.RetryMessage{MessageID: id, OriginalPayload: []byte("p-" + id), OriginalQueue: queue,
@@ -468,7 +472,7 @@ func TestOpsAPIOperatorViews(t *testing.T) {
 
 	deadTyped := s.typed(q, "dt1", "permanent", "")
 	deadPlain := s.dead(q, "", "du1")[0]
-	schTyped := []string{s.typed(q, "st1", "transient", "email"), s.typed(q, "st2", "transient", "email")}
+	schTyped := []string{s.typed(q, "st1", "transient", "e2e-email"), s.typed(q, "st2", "transient", "e2e-email")}
 	schPlain := s.scheduled(q, "su1")[0]
 	// Delivered after the fast policy's 300 ms delay and 2 s quiet window: nobody fails it again.
 	s.publishRetry(message.RetryMessage{MessageID: "ok", OriginalPayload: []byte("p"), OriginalQueue: other,

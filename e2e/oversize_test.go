@@ -48,7 +48,7 @@ func TestFifteenMiBMessageIsParkedWithItsPayload(t *testing.T) {
 	var payload amqp.Delivery
 	var envSize int
 	for range 2 {
-		d := dlq.next(t, 60*time.Second)
+		d := dlq.next(t, patience)
 		if d.Headers[deadletter.HeaderPart] == deadletter.PartPayload {
 			payload = d
 			continue
@@ -73,11 +73,11 @@ func TestFifteenMiBMessageIsParkedWithItsPayload(t *testing.T) {
 	// Parked, saying where its payload is.
 	var st workflows.State
 	require.Eventually(t, func() bool {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
 		defer cancel()
 		v, err := s.tc.QueryWorkflow(ctx, env.WorkflowID, "", workflows.QueryState)
 		return err == nil && v.Get(&st) == nil && st.Status == workflows.StatusDead
-	}, 30*time.Second, 100*time.Millisecond, "the oversize message is not parked as %s", env.WorkflowID)
+	}, patience, 100*time.Millisecond, "the oversize message is not parked as %s", env.WorkflowID)
 	require.NotNil(t, st.Poison)
 	assert.Equal(t, message.PoisonKindOversize, st.Poison.Kind)
 	assert.Equal(t, env.PayloadRef, st.Poison.PayloadRef)
@@ -86,6 +86,6 @@ func TestFifteenMiBMessageIsParkedWithItsPayload(t *testing.T) {
 	assert.LessOrEqual(t, len(st.Message.Payload), message.MaxPoisonPayloadBytes)
 
 	// And the bridge went on: the message after it was republished.
-	d := dst.next(t, 30*time.Second)
+	d := dst.next(t, patience)
 	assert.Equal(t, "after-1", d.MessageId)
 }

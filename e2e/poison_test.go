@@ -37,7 +37,7 @@ func TestPoisonAndOversizeAreParkedAndOperable(t *testing.T) {
 	bad1, bad2, big1 := message.WorkflowID(s.ingress, "bad-1"), message.WorkflowID(s.ingress, "bad-2"), message.WorkflowID(s.ingress, "big-1")
 	envs := map[string]message.Envelope{}
 	for i := 0; i < 3; i++ {
-		e := envelopeOf(t, dlq.next(t, 20*time.Second))
+		e := envelopeOf(t, dlq.next(t, patience))
 		envs[e.WorkflowID] = e
 	}
 	require.Len(t, envs, 3, "each envelope names its parked workflow")
@@ -84,8 +84,8 @@ func TestPoisonAndOversizeAreParkedAndOperable(t *testing.T) {
 	assert.Equal(t, "discarded", res["state"].(map[string]any)["status"])
 	res = api.must(200, opToken, "POST", msgPath(big1)+"/discard", map[string]any{"reason": "replayed from the queue"})
 	assert.Equal(t, "discarded", res["state"].(map[string]any)["status"])
-	assert.Equal(t, workflows.StatusResolved, s.workflowResult(bad1, 30*time.Second).Status)
-	assert.Equal(t, workflows.StatusDiscarded, s.workflowResult(big1, 30*time.Second).Status)
+	assert.Equal(t, workflows.StatusResolved, s.workflowResult(bad1, patience).Status)
+	assert.Equal(t, workflows.StatusDiscarded, s.workflowResult(big1, patience).Status)
 	api.waitTotal(viewerToken, deadPath, 0)
 	s.recordHistory(big1, "oversize-parked-retry-refused-discarded")
 }
@@ -100,7 +100,7 @@ func TestPoisonRetryComesBackAsPoison(t *testing.T) {
 
 	body := []byte(`{"message_id":"bad-3","original_payload":"!!"}`)
 	s.publishRaw(s.ingress, amqp.Publishing{ContentType: "application/json", MessageId: "bad-3", Body: body})
-	first := envelopeOf(t, dlq.next(t, 20*time.Second))
+	first := envelopeOf(t, dlq.next(t, patience))
 	id := first.WorkflowID
 	require.NotEmpty(t, id)
 	deadPath := "/api/dead-letters?queue=" + url.QueryEscape(s.ingress)
@@ -112,13 +112,13 @@ func TestPoisonRetryComesBackAsPoison(t *testing.T) {
 	assert.NotEqual(t, "dead", res["state"].(map[string]any)["status"])
 
 	// The republished bytes, decoded again: poison again.
-	again := envelopeOf(t, dlq.next(t, 30*time.Second))
+	again := envelopeOf(t, dlq.next(t, patience))
 	assert.Equal(t, id, again.WorkflowID)
 	assert.Equal(t, "poison", again.DeadReason)
 	assert.Equal(t, body, again.OriginalMessage.Payload, "the same bytes came back")
 
 	var st workflows.State
-	eventually(t, 30*time.Second, func() error {
+	eventually(t, patience, func() error {
 		var err error
 		if st, err = s.state(id); err != nil {
 			return err
@@ -135,7 +135,7 @@ func TestPoisonRetryComesBackAsPoison(t *testing.T) {
 	assert.Equal(t, "poison", out["items"].([]any)[0].(map[string]any)["dead_reason"])
 
 	api.must(200, opToken, "POST", msgPath(id)+"/resolve", map[string]any{"reason": "producer to fix"})
-	assert.Equal(t, workflows.StatusResolved, s.workflowResult(id, 30*time.Second).Status)
+	assert.Equal(t, workflows.StatusResolved, s.workflowResult(id, patience).Status)
 	s.recordHistory(id, "poison-parked-retried-poison-again")
 }
 
@@ -150,15 +150,25 @@ func TestPoisonWhileTemporalIsDownIsHeldThenParked(t *testing.T) {
 
 	require.NoError(t, srv.Kill())
 	s.publishRaw(s.ingress, amqp.Publishing{ContentType: "text/plain", MessageId: "bad-down", Body: []byte("not json")})
-	env := envelopeOf(t, dlq.next(t, 20*time.Second))
+	env := envelopeOf(t, dlq.next(t, patience))
 	id := message.WorkflowID(s.ingress, "bad-down")
 	require.Equal(t, id, env.WorkflowID)
-	time.Sleep(3 * time.Second) // the bridge holds the delivery and probes
+	// The bridge holds the delivery (bridge_deliveries_total{outcome="held"}) and probes.
+	eventually(t, patience, func() error {
+		m, err := scrape("http://" + s.cfg.HTTPAddr + "/metrics")
+		if err != nil {
+			return err
+		}
+		if held := m.value(series("bridge_deliveries_total", "outcome", "held")); held < 1 {
+			return fmt.Errorf("the bridge has held no delivery yet (held %v)", held)
+		}
+		return nil
+	})
 
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	require.NoError(t, srv.Restart(ctx))
-	eventually(t, 60*time.Second, func() error {
+	eventually(t, patience, func() error {
 		st, err := s.state(id)
 		if err != nil {
 			return err
@@ -178,7 +188,7 @@ func TestPoisonWhileTemporalIsDownIsHeldThenParked(t *testing.T) {
 func (s *stack) cliList(q string) string {
 	s.t.Helper()
 	var out string
-	eventually(s.t, 30*time.Second, func() error {
+	eventually(s.t, patience, func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		defer cancel()
 		b, err := exec.CommandContext(ctx, devserver.DefaultBinary(), "workflow", "list",

@@ -45,7 +45,7 @@ func (s *stack) startProcess(t *testing.T, bin, mode, name string) *serviceProce
 		_ = p.cmd.Process.Signal(syscall.SIGTERM)
 		select {
 		case <-p.exited:
-		case <-time.After(45 * time.Second):
+		case <-time.After(patience):
 			_ = p.cmd.Process.Kill()
 			<-p.exited
 			t.Errorf("%s did not stop within 45s of SIGTERM", p.name)
@@ -55,7 +55,7 @@ func (s *stack) startProcess(t *testing.T, bin, mode, name string) *serviceProce
 		}
 	})
 	url := "http://" + addr + "/readyz"
-	eventually(t, 60*time.Second, func() error {
+	eventually(t, patience, func() error {
 		select {
 		case <-p.exited:
 			return fmt.Errorf("%s exited: %s", p.name, p.logs.String())
@@ -79,8 +79,9 @@ func (p *serviceProcess) kill(t *testing.T) {
 
 // The breaker outage scenario with three `all` processes on one ingress queue and one task
 // queue: each process counts what it sees for the destination's breaker and gates its own
-// republishes. Nothing is lost or dead-lettered, and what goes into the open breaker stays
-// within the gate's lag and the probes, as with one process. Behind the processes build tag
+// republishes. Nothing is lost or dead-lettered, the retries are held and released, and what
+// goes into the open breaker once the gates have surely learnt of it is the probes, as with
+// one process. Behind the processes build tag
 // (make test-processes): on a busy 2-core machine it dead-letters (see docs/deployment.md).
 func TestBreakerOutageAcrossProcesses(t *testing.T) {
 	s := newStack(t)

@@ -49,7 +49,7 @@ func TestLongIDsOnALongQueueName(t *testing.T) {
 
 	envs := map[string]message.Envelope{}
 	for range 2 {
-		env := envelopeOf(t, dead.next(t, 90*time.Second))
+		env := envelopeOf(t, dead.next(t, patience))
 		envs[env.MessageID] = env
 	}
 	require.NoError(t, reportErr())
@@ -85,8 +85,8 @@ func TestLongIDsOnALongQueueName(t *testing.T) {
 	// One workflow per message, found by the queue's search attribute (the queue's breaker
 	// carries it too: it is another workflow type).
 	query := fmt.Sprintf("WorkflowType = '%s' AND %s = '%s'", workflows.RetryWorkflowName, workflows.SAOriginalQueue.GetName(), orders)
-	eventually(t, 30*time.Second, func() error {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	eventually(t, patience, func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
 		defer cancel()
 		resp, err := s.tc.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{Query: query})
 		if err != nil {

@@ -330,7 +330,7 @@ func TestDocumentedCLIRecipes(t *testing.T) {
 		default:
 			api.must(200, opToken, "POST", breakerPath+"/resume", map[string]any{"reason": "recipe test"})
 		}
-		eventually(t, 30*time.Second, func() error {
+		eventually(t, patience, func() error {
 			return breakerBecomes(m)(&recipeRun{s: s, queue: q, line: "POST " + breakerPath})
 		})
 	}
@@ -349,7 +349,7 @@ func TestDocumentedCLIRecipes(t *testing.T) {
 			}
 			run.dead = s.dead(q, "", ids...)
 			for _, id := range run.dead {
-				eventually(t, 30*time.Second, func() error {
+				eventually(t, patience, func() error {
 					if st := s.retryStatus(id); st != workflows.StatusDead {
 						return fmt.Errorf("%s: RetryStatus %q", id, st)
 					}
@@ -368,7 +368,7 @@ func TestDocumentedCLIRecipes(t *testing.T) {
 		t.Logf("%s: %s", r.doc, run.line)
 		if strings.HasPrefix(recipeKey(r.line), "workflow list") {
 			// Visibility lags behind a workflow's state: a list runs again until it checks.
-			eventually(t, 30*time.Second, func() error {
+			eventually(t, patience, func() error {
 				if err := run.exec(env); err != nil {
 					return err
 				}
@@ -377,7 +377,7 @@ func TestDocumentedCLIRecipes(t *testing.T) {
 			continue
 		}
 		require.NoError(t, run.exec(env))
-		eventually(t, 30*time.Second, func() error { return c.check(run) })
+		eventually(t, patience, func() error { return c.check(run) })
 	}
 }
 

@@ -5,7 +5,6 @@ package e2e
 import (
 	"os"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -64,7 +63,7 @@ func TestPolicyFileRulesAndServiceRoutes(t *testing.T) {
 	})
 
 	t.Run("a rule's category", func(t *testing.T) {
-		env := envelopeOf(t, dead.next(t, 30*time.Second))
+		env := envelopeOf(t, dead.next(t, patience))
 		assert.Equal(t, "invalid-1", env.MessageID)
 		assert.Equal(t, "permanent", env.FailureCategory)
 		assert.Equal(t, "non-retryable", env.DeadReason)
@@ -78,12 +77,12 @@ func TestPolicyFileRulesAndServiceRoutes(t *testing.T) {
 	t.Run("routes by service and event type", func(t *testing.T) {
 		got := map[string]bool{}
 		for range 2 {
-			got[republished.next(t, 30*time.Second).MessageId] = true
+			got[republished.next(t, patience).MessageId] = true
 		}
 		assert.Equal(t, map[string]bool{"invoice-1": true, "order-1": true}, got)
 		for msg, want := range map[string]string{"invoice-1": "e2e-invoices", "order-1": "e2e-fast"} {
 			id := message.WorkflowID(orders, msg)
-			assert.Equal(t, workflows.StatusDelivered, s.workflowResult(id, 30*time.Second).Status, msg)
+			assert.Equal(t, workflows.StatusDelivered, s.workflowResult(id, patience).Status, msg)
 			st, err := s.state(id)
 			require.NoError(t, err)
 			assert.Equal(t, want, st.Policy.Name, msg)

@@ -150,7 +150,7 @@ func TestSecurityServiceOverTLSLogsNoSecrets(t *testing.T) {
 			t.Logf("service output:\n%s", logs.String())
 		}
 	})
-	require.Eventually(t, func() bool { return httpOK("http://" + httpAddr + "/readyz") }, 60*time.Second, 100*time.Millisecond, "service not ready")
+	require.Eventually(t, func() bool { return httpOK("http://" + httpAddr + "/readyz") }, patience, 100*time.Millisecond, "service not ready")
 
 	// The test's own connection to the TLS node, with the client certificate.
 	bcfg := broker.Config{URL: node.URL, TLS: node.TLSConfig(t), ConnectionName: "e2e-tls-test"}
@@ -174,8 +174,8 @@ func TestSecurityServiceOverTLSLogsNoSecrets(t *testing.T) {
 	case d := <-deliveries:
 		assert.Equal(t, []byte("over TLS"), d.Body)
 		assert.Equal(t, "tls-1:1", d.Headers["x-retry-key"])
-	case <-time.After(60 * time.Second):
-		t.Fatal("no republish over TLS within 60s")
+	case <-time.After(patience):
+		t.Fatalf("no republish over TLS within %s", patience)
 	}
 
 	// Requests with wrong credentials, which a careless handler might log.
@@ -189,8 +189,8 @@ func TestSecurityServiceOverTLSLogsNoSecrets(t *testing.T) {
 	require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
 	select {
 	case <-exited:
-	case <-time.After(60 * time.Second):
-		t.Fatal("service did not stop within 60s of SIGTERM")
+	case <-time.After(patience):
+		t.Fatalf("service did not stop within %s of SIGTERM", patience)
 	}
 	output := logs.String()
 	require.Contains(t, output, "failure report accepted", "the log covers the message's path")
@@ -261,7 +261,7 @@ func TestCodecPayloadsEncryptedInHistory(t *testing.T) {
 	s.publishRetry(message.RetryMessage{MessageID: "pii-1", OriginalPayload: pii, OriginalQueue: orders,
 		ErrorReason: "503", HTTPStatus: 503, OriginalHeaders: map[string]any{"x-customer-email": email}})
 
-	d := c.next(t, 30*time.Second)
+	d := c.next(t, patience)
 	require.Equal(t, pii, d.Body, "the message still goes round trip")
 	require.Equal(t, email, d.Headers["x-customer-email"])
 
@@ -276,7 +276,7 @@ func TestCodecPayloadsEncryptedInHistory(t *testing.T) {
 	defer cancel()
 	// A client with the key reads the state.
 	var st workflows.State
-	eventually(t, 30*time.Second, func() error {
+	eventually(t, patience, func() error {
 		v, err := withKey.QueryWorkflow(ctx, id, "", workflows.QueryState)
 		if err != nil {
 			return err

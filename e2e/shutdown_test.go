@@ -59,22 +59,22 @@ func TestShutdownMidPublishLetsThePublishFinish(t *testing.T) {
 
 	// Warm up: the worker's publisher connects through the proxy.
 	s.publishRetry(message.RetryMessage{MessageID: "warm", OriginalPayload: []byte("warm"), OriginalQueue: orders, ErrorReason: "503"})
-	require.Equal(t, "warm", c.next(t, 60*time.Second).MessageId)
+	require.Equal(t, "warm", c.next(t, patience).MessageId)
 
 	proxy.arm(confirmDelay)
 	s.publishRetry(message.RetryMessage{MessageID: "m-1", OriginalPayload: []byte("in flight"), OriginalQueue: orders, ErrorReason: "503"})
 	select {
 	case <-proxy.publishSeen:
-	case <-time.After(60 * time.Second):
-		t.Fatal("the worker did not publish m-1")
+	case <-time.After(patience):
+		t.Fatalf("the worker did not publish m-1 within %s", patience)
 	}
 	stoppedAt := time.Now()
 	stopA()
 	select {
 	case err := <-doneA:
 		require.NoError(t, err)
-	case <-time.After(cfg.WorkerStopTimeout + 15*time.Second):
-		t.Fatal("the worker did not stop")
+	case <-time.After(cfg.WorkerStopTimeout + patience):
+		t.Fatalf("the worker did not stop within WORKER_STOP_TIMEOUT (%s) and %s", cfg.WorkerStopTimeout, patience)
 	}
 	took := time.Since(stoppedAt)
 	t.Logf("worker stopped %s after the stop, with a publish whose confirm was %s away", took.Round(time.Millisecond), confirmDelay)
@@ -83,7 +83,7 @@ func TestShutdownMidPublishLetsThePublishFinish(t *testing.T) {
 	assert.Len(t, logLines(logA.String(), "activities", "retry republished", "m-1"), 1, "the stopping worker finished the publish")
 	assert.Empty(t, logLines(logA.String(), "activities", "retry not republished", "m-1"))
 
-	d := c.next(t, 30*time.Second)
+	d := c.next(t, patience)
 	require.Equal(t, "m-1", d.MessageId)
 	require.Equal(t, "m-1:1", d.Headers["x-retry-key"])
 
@@ -103,7 +103,7 @@ func TestShutdownMidPublishLetsThePublishFinish(t *testing.T) {
 	// The run ends delivered after the quiet window; a second publish would come before
 	// that, and so ahead of the barrier.
 	id := message.WorkflowID(orders, "m-1")
-	require.Equal(t, workflows.StatusDelivered, s.workflowResult(id, 60*time.Second).Status)
+	require.Equal(t, workflows.StatusDelivered, s.workflowResult(id, patience).Status)
 	c.caughtUp(t)
 	st, err := s.state(id)
 	require.NoError(t, err)

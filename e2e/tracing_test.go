@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
-	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/require"
@@ -47,7 +46,7 @@ func TestTracingFollowsAMessageThroughARetry(t *testing.T) {
 		Headers: amqp.Table{"traceparent": "00-" + traceID + "-" + parentID + "-01"},
 	})
 
-	d := c.next(t, 30*time.Second)
+	d := c.next(t, patience)
 	require.Equal(t, "acme", d.Headers["x-tenant"])
 	tpHeader, _ := d.Headers["traceparent"].(string)
 	parts := strings.Split(tpHeader, "-")
@@ -56,7 +55,7 @@ func TestTracingFollowsAMessageThroughARetry(t *testing.T) {
 
 	// The workflow span ends with the workflow: after its quiet window.
 	id := message.WorkflowID(orders, "m-trace")
-	require.Equal(t, workflows.StatusDelivered, s.workflowResult(id, 30*time.Second).Status)
+	require.Equal(t, workflows.StatusDelivered, s.workflowResult(id, patience).Status)
 
 	spans := map[trace.SpanID]sdktrace.ReadOnlySpan{}
 	var names []string

@@ -98,6 +98,17 @@ func (s *recordingStarter) count(id string) int {
 	return s.ids[id]
 }
 
+// total is how many reports succeeded so far, of every id.
+func (s *recordingStarter) total() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, k := range s.ids {
+		n += k
+	}
+	return n
+}
+
 // fixture is one test's queues, a broker connection for the test itself, and a bridge.
 type fixture struct {
 	t        *testing.T

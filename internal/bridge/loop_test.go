@@ -396,10 +396,16 @@ func TestLoopHoldsWhileTemporalIsDown(t *testing.T) {
 // TestLoopDueEntryWithEveryHandlerBusyDoesNotSpin guards the loop against spinning on a
 // wake-up timer already past: an entry whose first delay is over while every handler is busy
 // waits for a handler's result, and the wake-up fires once, not continuously.
+//
+// The order the test needs (both handlers busy before the waiting entry is due) is checked as
+// an order, not a time: the busy reports are the first two the reporter sees, and the wake-up
+// has not fired by then. hold (five times the 200 ms the order once had to come within, which
+// a loaded machine under -race missed) leaves ample time for it; the test waits it out once.
 func TestLoopDueEntryWithEveryHandlerBusyDoesNotSpin(t *testing.T) {
-	const hold = 200 * time.Millisecond
+	const hold = time.Second
 	rep := newGateReporter("busy-1", "busy-2")
-	cfg := Config{Workers: 2, Prefetch: 16, Defer: func(r message.FailureReport) time.Duration {
+	// The busy reports are held past hold: their timeout must outlast it.
+	cfg := Config{Workers: 2, Prefetch: 16, ReportTimeout: time.Minute, Defer: func(r message.FailureReport) time.Duration {
 		if r.Message.MessageID == "waits" {
 			return hold
 		}
@@ -408,13 +414,12 @@ func TestLoopDueEntryWithEveryHandlerBusyDoesNotSpin(t *testing.T) {
 	r := startLoop(t, cfg, rep, newFakeChannel())
 	waits, busy1, busy2 := make(settleSignal, 1), make(settleSignal, 1), make(settleSignal, 1)
 
-	start := time.Now()
 	r.ch.deliveries <- delivery(t, "waits", waits)
 	r.ch.deliveries <- delivery(t, "busy-1", busy1)
 	r.ch.deliveries <- delivery(t, "busy-2", busy2)
-	next(t, rep.entered, "a busy report")
-	next(t, rep.entered, "the other busy report")
-	require.Less(t, time.Since(start), hold, "both handlers must be busy before the waiting entry is due")
+	busy := []string{next(t, rep.entered, "a busy report"), next(t, rep.entered, "the other busy report")}
+	require.ElementsMatch(t, []string{"busy-1", "busy-2"}, busy, "both handlers must be busy before the waiting entry is due")
+	require.Zero(t, r.l.wakes.Load(), "the waiting entry came due before both handlers were busy: raise hold")
 
 	// The wake-up fires at the entry's due time, with both handlers busy.
 	require.Eventually(t, func() bool { return r.l.wakes.Load() >= 1 }, 5*time.Second, time.Millisecond)
