@@ -155,7 +155,7 @@ LDFLAGS := -X github.com/retry-scheduler/retry-scheduler/internal/buildinfo.vers
 IMAGE ?= retry-scheduler
 
 build: ## Build all commands into bin/, version-stamped
-	$(GO) build -ldflags "$(LDFLAGS)" -o bin/ ./cmd/...
+	$(GO) build -ldflags "$(LDFLAGS)" -o bin/ ./cmd/... ./starter
 
 image: ## Build the container image $(IMAGE):$(VERSION) (needs a Docker engine)
 	@command -v docker >/dev/null 2>&1 || { echo "docker is not installed: the image is built where a Docker engine runs" >&2; exit 1; }
@@ -165,7 +165,7 @@ image: ## Build the container image $(IMAGE):$(VERSION) (needs a Docker engine)
 # replayed against this checkout's workflow code before it is deployed (docs/operations.md).
 replay: ## Replay exported workflow histories against the current code: make replay HISTORIES=dir
 	@[ -n "$(HISTORIES)" ] || { echo "usage: make replay HISTORIES=<directory of exported histories>" >&2; exit 2; }
-	REPLAY_HISTORIES="$(abspath $(HISTORIES))" $(GO) test -count=1 -run 'TestReplay' ./internal/workflows/
+	REPLAY_HISTORIES="$(abspath $(HISTORIES))" $(GO) test -count=1 -run 'TestReplay' ./workflows/
 
 # The server (dev or postgres, by TEMPORAL) of `make run`: its devserver flags, its name in
 # messages, and how many tenths of a second to wait for it (postgres: schema set-up too).
@@ -398,7 +398,7 @@ fuzz: rabbitmq ## Run each Fuzz target for FUZZ_LONG_TIME (2m), with its file's 
 
 # staticcheck's settings are in staticcheck.conf. The linters are file targets: a missing one
 # is installed first, and one that cannot be installed fails lint.
-lint: $(WORKFLOWCHECK) $(STATICCHECK) ## go vet and staticcheck (with and without -tags integration), gofmt, workflowcheck ./internal/workflows/... ./internal/jobs/..., docker compose config
+lint: $(WORKFLOWCHECK) $(STATICCHECK) ## go vet and staticcheck (with and without -tags integration), gofmt, workflowcheck ./workflows/... ./internal/jobs/..., docker compose config
 	@echo "== lint"
 	$(GO) vet ./...
 	$(GO) vet -tags integration ./...
@@ -409,7 +409,7 @@ lint: $(WORKFLOWCHECK) $(STATICCHECK) ## go vet and staticcheck (with and withou
 	done
 	$(STATICCHECK) ./...
 	$(STATICCHECK) -tags integration ./...
-	$(WORKFLOWCHECK) ./internal/workflows/... ./internal/jobs/...
+	$(WORKFLOWCHECK) ./workflows/... ./internal/jobs/...
 	@if docker compose version >/dev/null 2>&1; then echo "docker compose config -q"; docker compose config -q; \
 	else echo "docker compose is not installed: docker compose config skipped; docker-compose.yml is loaded and checked by the unit tier's deploy/compose tests (compose-go)"; fi
 
@@ -419,7 +419,7 @@ docs: ## Regenerate docs/configuration-reference.md from internal/config/setting
 	$(GO) run ./internal/configdoc -o docs/configuration-reference.md
 
 demo: ## Inject demo traffic with the starter (run `make run` in another terminal first)
-	$(GO) run ./cmd/starter demo
+	$(GO) run ./starter demo
 
 bench: $(TEMPORAL_CLI) rabbitmq $(if $(findstring postgres,$(BENCH_FLAGS)),temporal-server) ## Benchmark: ceiling, ladder, sustained, burst, mixed (15–25 min; flags in BENCH_FLAGS: -engine postgres, -temporal-address; cmd/bench/README.md)
 	$(GO) run ./cmd/bench $(BENCH_FLAGS)

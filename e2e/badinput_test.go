@@ -20,12 +20,12 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/retry-scheduler/retry-scheduler/internal/deadletter"
-	"github.com/retry-scheduler/retry-scheduler/internal/workflows"
 	"github.com/retry-scheduler/retry-scheduler/message"
+	"github.com/retry-scheduler/retry-scheduler/workflows"
 )
 
 // The bad-input catalogue through the real broker and Temporal (the whole table, decoder-level,
-// is internal/bridge/badinput_test.go): each input ends as a republish or as an envelope on the
+// is bridge/badinput_test.go): each input ends as a republish or as an envelope on the
 // dead-letter queue with a reason, and nothing is left behind or lost.
 func TestBadInputCatalogueThroughTheBroker(t *testing.T) {
 	s := newStack(t)

@@ -9,8 +9,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/retry-scheduler/retry-scheduler/internal/workflows"
 	"github.com/retry-scheduler/retry-scheduler/message"
+	"github.com/retry-scheduler/retry-scheduler/workflows"
 )
 
 // On the default policy a retried message is delivered only once its 30 s quiet window has

@@ -21,8 +21,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/retry-scheduler/retry-scheduler/internal/testenv"
-	"github.com/retry-scheduler/retry-scheduler/internal/workflows"
 	"github.com/retry-scheduler/retry-scheduler/message"
+	"github.com/retry-scheduler/retry-scheduler/workflows"
 )
 
 // chromiumPath is Debian's chromium (apt-get install -y chromium; `make tools` installs it);

@@ -23,8 +23,8 @@ import (
 	"github.com/retry-scheduler/retry-scheduler/clients/go/retryclient"
 	"github.com/retry-scheduler/retry-scheduler/internal/broker/brokertest"
 	"github.com/retry-scheduler/retry-scheduler/internal/testenv"
-	"github.com/retry-scheduler/retry-scheduler/internal/workflows"
 	"github.com/retry-scheduler/retry-scheduler/message"
+	"github.com/retry-scheduler/retry-scheduler/workflows"
 )
 
 // goClient is the Go producer client on a connection of the test's, reporting to the

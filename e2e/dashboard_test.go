@@ -17,8 +17,8 @@ import (
 
 	"github.com/retry-scheduler/retry-scheduler/deploy/grafana"
 	"github.com/retry-scheduler/retry-scheduler/internal/promql"
-	"github.com/retry-scheduler/retry-scheduler/internal/workflows"
 	"github.com/retry-scheduler/retry-scheduler/message"
+	"github.com/retry-scheduler/retry-scheduler/workflows"
 )
 
 // Series the Grafana dashboard or the alert rules name that a short healthy run cannot

@@ -16,8 +16,8 @@ import (
 
 	"github.com/retry-scheduler/retry-scheduler/internal/deadletter/schematest"
 	"github.com/retry-scheduler/retry-scheduler/internal/service"
-	"github.com/retry-scheduler/retry-scheduler/internal/workflows"
 	"github.com/retry-scheduler/retry-scheduler/message"
+	"github.com/retry-scheduler/retry-scheduler/workflows"
 )
 
 // Issue 11 items 3, 5 and 7, and the event type: configured dead-letter queues, the
@@ -109,7 +109,7 @@ func TestConfiguredDeadLetterQueuesAreDeclaredAndReceiveEnvelopes(t *testing.T) 
 	assert.Equal(t, "refunds-svc", env.Metadata.Service)
 	assert.Equal(t, "4.2.0", env.Metadata.ServiceVersion)
 	assert.Equal(t, "refund.requested", env.OriginalMessage.EventType)
-	// error_type and stack_trace travel on the attempt (needs internal/workflows/retry.go to copy them
+	// error_type and stack_trace travel on the attempt (needs workflows/retry.go to copy them
 	// from the report onto message.Attempt: see the note in the report).
 	require.NotEmpty(t, env.RetryAttempts)
 	assert.Equal(t, "TimeoutError", env.ErrorType)

@@ -18,8 +18,8 @@ import (
 
 	"github.com/retry-scheduler/retry-scheduler/internal/broker/brokertest"
 	"github.com/retry-scheduler/retry-scheduler/internal/testenv"
-	"github.com/retry-scheduler/retry-scheduler/internal/workflows"
 	"github.com/retry-scheduler/retry-scheduler/message"
+	"github.com/retry-scheduler/retry-scheduler/workflows"
 )
 
 // httpClient reads the service's health endpoints: a loaded machine can take seconds to answer.

@@ -17,8 +17,8 @@ import (
 	"go.temporal.io/api/workflowservice/v1"
 
 	"github.com/retry-scheduler/retry-scheduler/internal/config"
-	"github.com/retry-scheduler/retry-scheduler/internal/workflows"
 	"github.com/retry-scheduler/retry-scheduler/message"
+	"github.com/retry-scheduler/retry-scheduler/workflows"
 )
 
 // floodLegit is the number of legitimate failures in the flood; four times as many bad

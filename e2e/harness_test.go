@@ -50,9 +50,9 @@ import (
 	"github.com/retry-scheduler/retry-scheduler/internal/devserver"
 	"github.com/retry-scheduler/retry-scheduler/internal/freeport"
 	"github.com/retry-scheduler/retry-scheduler/internal/service"
-	"github.com/retry-scheduler/retry-scheduler/internal/workflows"
-	"github.com/retry-scheduler/retry-scheduler/internal/workflows/historytest"
 	"github.com/retry-scheduler/retry-scheduler/message"
+	"github.com/retry-scheduler/retry-scheduler/workflows"
+	"github.com/retry-scheduler/retry-scheduler/workflows/historytest"
 )
 
 // policyFile routes the test's queues to short delays so that a test takes seconds:
@@ -380,7 +380,7 @@ func (s *stack) waitQueriedStatus(t *testing.T, id string, want workflows.Status
 }
 
 // recordHistory writes the workflow's history to $RECORD_HISTORIES/<name>.json for the replay
-// tests (internal/workflows/testdata/histories); without the variable it does nothing. It never
+// tests (workflows/testdata/histories); without the variable it does nothing. It never
 // replaces a recorded history (historytest.ErrExists).
 func (s *stack) recordHistory(id, name string) {
 	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)

@@ -14,8 +14,8 @@ import (
 	"go.temporal.io/sdk/client"
 
 	"github.com/retry-scheduler/retry-scheduler/internal/policy"
-	"github.com/retry-scheduler/retry-scheduler/internal/workflows"
 	"github.com/retry-scheduler/retry-scheduler/message"
+	"github.com/retry-scheduler/retry-scheduler/workflows"
 )
 
 // ("q/eu", "42") and ("q", "eu/42") read the same joined by a slash: each is its own

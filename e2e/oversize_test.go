@@ -14,10 +14,10 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/retry-scheduler/retry-scheduler/internal/bridge"
+	"github.com/retry-scheduler/retry-scheduler/bridge"
 	"github.com/retry-scheduler/retry-scheduler/internal/deadletter"
-	"github.com/retry-scheduler/retry-scheduler/internal/workflows"
 	"github.com/retry-scheduler/retry-scheduler/message"
+	"github.com/retry-scheduler/retry-scheduler/workflows"
 )
 
 // TestFifteenMiBMessageIsParkedWithItsPayload: a 15 MiB delivery (over the service's default

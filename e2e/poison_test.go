@@ -17,8 +17,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/retry-scheduler/retry-scheduler/internal/devserver"
-	"github.com/retry-scheduler/retry-scheduler/internal/workflows"
 	"github.com/retry-scheduler/retry-scheduler/message"
+	"github.com/retry-scheduler/retry-scheduler/workflows"
 )
 
 // Issue 11 item 4: a poison or oversize delivery is dead-lettered (the envelope, with the full

@@ -18,8 +18,8 @@ import (
 	"github.com/retry-scheduler/retry-scheduler/internal/broker"
 	"github.com/retry-scheduler/retry-scheduler/internal/broker/brokertest"
 	"github.com/retry-scheduler/retry-scheduler/internal/devserver"
-	"github.com/retry-scheduler/retry-scheduler/internal/workflows"
 	"github.com/retry-scheduler/retry-scheduler/message"
+	"github.com/retry-scheduler/retry-scheduler/workflows"
 )
 
 // Temporal's SQL stores keep workflow_id at 255 bytes. On a queue name of 255 bytes (AMQP's

@@ -39,8 +39,8 @@ import (
 	"github.com/retry-scheduler/retry-scheduler/internal/devserver"
 	"github.com/retry-scheduler/retry-scheduler/internal/freeport"
 	"github.com/retry-scheduler/retry-scheduler/internal/service"
-	"github.com/retry-scheduler/retry-scheduler/internal/workflows"
 	"github.com/retry-scheduler/retry-scheduler/message"
+	"github.com/retry-scheduler/retry-scheduler/workflows"
 )
 
 func randomHex(t *testing.T, n int) string {

@@ -23,8 +23,8 @@ import (
 	"github.com/retry-scheduler/retry-scheduler/internal/broker/brokertest"
 	"github.com/retry-scheduler/retry-scheduler/internal/freeport"
 	"github.com/retry-scheduler/retry-scheduler/internal/service"
-	"github.com/retry-scheduler/retry-scheduler/internal/workflows"
 	"github.com/retry-scheduler/retry-scheduler/message"
+	"github.com/retry-scheduler/retry-scheduler/workflows"
 )
 
 // A worker stopped while its republish waits for the broker's confirm lets the publish finish

@@ -12,7 +12,7 @@ import (
 	sdkworker "go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
 
-	"github.com/retry-scheduler/retry-scheduler/internal/worker"
+	"github.com/retry-scheduler/retry-scheduler/worker"
 )
 
 // probeWorkflowName is the bare-engine workflow: start → sleep → one local activity → done.

@@ -4,7 +4,7 @@ import (
 	"time"
 
 	"github.com/retry-scheduler/retry-scheduler/internal/policy"
-	"github.com/retry-scheduler/retry-scheduler/internal/workflows"
+	"github.com/retry-scheduler/retry-scheduler/workflows"
 )
 
 // Bench policies (-policy): the service's default policy, what every queue without a route

@@ -125,7 +125,7 @@ func TestEngineMeterReportsAnUnreachableServer(t *testing.T) {
 // A recorded history of the product: a start delay, the republish (a local activity's
 // marker), the quiet-window timer, two search-attribute upserts, two workflow tasks.
 func TestShapeOfRecordedHistory(t *testing.T) {
-	f, err := os.Open("../../internal/workflows/testdata/histories/delivered-start-delay.json")
+	f, err := os.Open("../../workflows/testdata/histories/delivered-start-delay.json")
 	require.NoError(t, err)
 	defer f.Close()
 	h, err := client.HistoryFromJSON(f, client.HistoryJSONOptions{})

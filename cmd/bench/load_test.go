@@ -9,7 +9,7 @@ import (
 
 	"github.com/retry-scheduler/retry-scheduler/internal/devserver"
 	"github.com/retry-scheduler/retry-scheduler/internal/policy"
-	"github.com/retry-scheduler/retry-scheduler/internal/workflows"
+	"github.com/retry-scheduler/retry-scheduler/workflows"
 )
 
 func TestSummarizeNearestRank(t *testing.T) {

@@ -7,7 +7,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/retry-scheduler/retry-scheduler/internal/workflows"
+	"github.com/retry-scheduler/retry-scheduler/workflows"
 )
 
 const testMaxRetries = 3

@@ -9,7 +9,7 @@ import (
 	workflowpb "go.temporal.io/api/workflow/v1"
 
 	"github.com/retry-scheduler/retry-scheduler/internal/visibility"
-	"github.com/retry-scheduler/retry-scheduler/internal/workflows"
+	"github.com/retry-scheduler/retry-scheduler/workflows"
 )
 
 // HeldLister lists the held retries of a destination (activities.HeldLister): running

@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 	workflowpb "go.temporal.io/api/workflow/v1"
 
-	"github.com/retry-scheduler/retry-scheduler/internal/workflows"
+	"github.com/retry-scheduler/retry-scheduler/workflows"
 )
 
 func heldExec(t *testing.T, id string, due time.Time) *workflowpb.WorkflowExecutionInfo {

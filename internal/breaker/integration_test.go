@@ -18,8 +18,8 @@ import (
 
 	"github.com/retry-scheduler/retry-scheduler/internal/devserver"
 	"github.com/retry-scheduler/retry-scheduler/internal/policy"
-	"github.com/retry-scheduler/retry-scheduler/internal/workflows"
 	"github.com/retry-scheduler/retry-scheduler/message"
+	"github.com/retry-scheduler/retry-scheduler/workflows"
 )
 
 // The package against a real server's visibility (the dev server's SQLite: no ORDER BY) and

@@ -22,15 +22,15 @@ import (
 
 	"go.temporal.io/sdk/client"
 
+	"github.com/retry-scheduler/retry-scheduler/bridge"
 	"github.com/retry-scheduler/retry-scheduler/internal/breaker"
-	"github.com/retry-scheduler/retry-scheduler/internal/bridge"
 	"github.com/retry-scheduler/retry-scheduler/internal/broker"
 	"github.com/retry-scheduler/retry-scheduler/internal/buildinfo"
 	"github.com/retry-scheduler/retry-scheduler/internal/deadletter"
 	"github.com/retry-scheduler/retry-scheduler/internal/labels"
 	"github.com/retry-scheduler/retry-scheduler/internal/policy"
-	"github.com/retry-scheduler/retry-scheduler/internal/worker"
-	"github.com/retry-scheduler/retry-scheduler/internal/workflows"
+	"github.com/retry-scheduler/retry-scheduler/worker"
+	"github.com/retry-scheduler/retry-scheduler/workflows"
 )
 
 // Modes: what a process runs.

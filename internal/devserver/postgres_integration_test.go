@@ -23,7 +23,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/retry-scheduler/retry-scheduler/internal/freeport"
-	"github.com/retry-scheduler/retry-scheduler/internal/workflows"
+	"github.com/retry-scheduler/retry-scheduler/workflows"
 )
 
 func postgresOptions(t *testing.T) Options {

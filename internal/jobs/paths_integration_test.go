@@ -15,11 +15,11 @@ import (
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
 
-	"github.com/retry-scheduler/retry-scheduler/internal/activities"
+	"github.com/retry-scheduler/retry-scheduler/activities"
 	"github.com/retry-scheduler/retry-scheduler/internal/devserver"
 	"github.com/retry-scheduler/retry-scheduler/internal/jobs"
-	"github.com/retry-scheduler/retry-scheduler/internal/worker"
-	"github.com/retry-scheduler/retry-scheduler/internal/workflows/historytest"
+	"github.com/retry-scheduler/retry-scheduler/worker"
+	"github.com/retry-scheduler/retry-scheduler/workflows/historytest"
 )
 
 // sentItems acts on every item it is given by remembering it: a job's items without the
@@ -95,12 +95,12 @@ func TestJobContinuesAsNewOnADevServer(t *testing.T) {
 	require.Zero(t, p.Remaining)
 	require.Equal(t, ids, items.all(), "every item acted on once, in order")
 
-	desc, err := c.DescribeWorkflowExecution(ctx, id, first)
+	desc, err := c.DescribeWorkflow(ctx, id, first)
 	require.NoError(t, err)
-	require.Equal(t, enumspb.WORKFLOW_EXECUTION_STATUS_CONTINUED_AS_NEW, desc.GetWorkflowExecutionInfo().GetStatus())
-	desc, err = c.DescribeWorkflowExecution(ctx, id, "")
+	require.Equal(t, enumspb.WORKFLOW_EXECUTION_STATUS_CONTINUED_AS_NEW, desc.RawResponse.GetWorkflowExecutionInfo().GetStatus())
+	desc, err = c.DescribeWorkflow(ctx, id, "")
 	require.NoError(t, err)
-	last := desc.GetWorkflowExecutionInfo().GetExecution().GetRunId()
+	last := desc.RawResponse.GetWorkflowExecutionInfo().GetExecution().GetRunId()
 	require.NotEqual(t, first, last)
 
 	_, err = historytest.RecordRun(ctx, c, id, first, "job-bulk-retry-continued-as-new")

@@ -17,7 +17,7 @@ import (
 	"github.com/retry-scheduler/retry-scheduler/internal/labels"
 	"github.com/retry-scheduler/retry-scheduler/internal/promreg"
 	"github.com/retry-scheduler/retry-scheduler/internal/visibility"
-	"github.com/retry-scheduler/retry-scheduler/internal/workflows"
+	"github.com/retry-scheduler/retry-scheduler/workflows"
 )
 
 // Visibility is what the depth poller needs from Temporal; a client.Client has both methods.

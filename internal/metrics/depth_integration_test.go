@@ -17,7 +17,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/retry-scheduler/retry-scheduler/internal/devserver"
-	"github.com/retry-scheduler/retry-scheduler/internal/workflows"
+	"github.com/retry-scheduler/retry-scheduler/workflows"
 )
 
 // The poller's queries against a real server's visibility (the dev server's SQLite: no ORDER

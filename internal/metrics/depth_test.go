@@ -20,7 +20,7 @@ import (
 
 	"github.com/retry-scheduler/retry-scheduler/internal/labels"
 	"github.com/retry-scheduler/retry-scheduler/internal/visibility"
-	"github.com/retry-scheduler/retry-scheduler/internal/workflows"
+	"github.com/retry-scheduler/retry-scheduler/workflows"
 )
 
 // entry is one RetryWorkflow as the fake visibility store holds it.

@@ -7,10 +7,10 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/retry-scheduler/retry-scheduler/internal/activities"
-	"github.com/retry-scheduler/retry-scheduler/internal/bridge"
+	"github.com/retry-scheduler/retry-scheduler/activities"
+	"github.com/retry-scheduler/retry-scheduler/bridge"
 	"github.com/retry-scheduler/retry-scheduler/internal/labels"
-	"github.com/retry-scheduler/retry-scheduler/internal/workflows"
+	"github.com/retry-scheduler/retry-scheduler/workflows"
 )
 
 // queueValues are the queue label values of family name on reg.

@@ -6,7 +6,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	sdkmetrics "go.temporal.io/sdk/client"
 
-	"github.com/retry-scheduler/retry-scheduler/internal/workflows"
+	"github.com/retry-scheduler/retry-scheduler/workflows"
 
 	"github.com/retry-scheduler/retry-scheduler/internal/labels"
 	"github.com/retry-scheduler/retry-scheduler/internal/promreg"

@@ -16,10 +16,10 @@ import (
 	"go.temporal.io/sdk/testsuite"
 	"go.temporal.io/sdk/workflow"
 
-	"github.com/retry-scheduler/retry-scheduler/internal/activities"
+	"github.com/retry-scheduler/retry-scheduler/activities"
 	"github.com/retry-scheduler/retry-scheduler/internal/policy"
-	"github.com/retry-scheduler/retry-scheduler/internal/workflows"
 	"github.com/retry-scheduler/retry-scheduler/message"
+	"github.com/retry-scheduler/retry-scheduler/workflows"
 )
 
 // recordingHandler stands in for the SDK's tally handler.

@@ -18,7 +18,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/retry-scheduler/retry-scheduler/internal/jobs"
-	"github.com/retry-scheduler/retry-scheduler/internal/workflows"
+	"github.com/retry-scheduler/retry-scheduler/workflows"
 )
 
 // action is an operator action: the route's word, and the workflow's signal and update for it.

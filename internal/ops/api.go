@@ -16,7 +16,7 @@ import (
 	"go.temporal.io/sdk/converter"
 
 	"github.com/retry-scheduler/retry-scheduler/internal/policy"
-	"github.com/retry-scheduler/retry-scheduler/internal/workflows"
+	"github.com/retry-scheduler/retry-scheduler/workflows"
 )
 
 // Temporal is the part of client.Client the API uses.

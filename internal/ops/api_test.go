@@ -33,8 +33,8 @@ import (
 	"github.com/retry-scheduler/retry-scheduler/internal/jobs"
 	"github.com/retry-scheduler/retry-scheduler/internal/policy"
 	"github.com/retry-scheduler/retry-scheduler/internal/visibility"
-	"github.com/retry-scheduler/retry-scheduler/internal/workflows"
 	"github.com/retry-scheduler/retry-scheduler/message"
+	"github.com/retry-scheduler/retry-scheduler/workflows"
 )
 
 // fakeTemporal is an in-memory Temporal: it lists every running workflow it holds (the query

@@ -19,8 +19,8 @@ import (
 
 	"github.com/retry-scheduler/retry-scheduler/internal/policy"
 	"github.com/retry-scheduler/retry-scheduler/internal/visibility"
-	"github.com/retry-scheduler/retry-scheduler/internal/workflows"
 	"github.com/retry-scheduler/retry-scheduler/message"
+	"github.com/retry-scheduler/retry-scheduler/workflows"
 )
 
 // The destinations' breakers: one BreakerWorkflow per destination (an original queue), listed

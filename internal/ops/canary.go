@@ -7,7 +7,7 @@ import (
 	enumspb "go.temporal.io/api/enums/v1"
 
 	"github.com/retry-scheduler/retry-scheduler/internal/config"
-	"github.com/retry-scheduler/retry-scheduler/internal/workflows"
+	"github.com/retry-scheduler/retry-scheduler/workflows"
 )
 
 // A canary replay replays a few dead letters first, waits for their outcomes, and replays the

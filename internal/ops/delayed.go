@@ -8,8 +8,8 @@ import (
 
 	enumspb "go.temporal.io/api/enums/v1"
 
-	"github.com/retry-scheduler/retry-scheduler/internal/workflows"
 	"github.com/retry-scheduler/retry-scheduler/message"
+	"github.com/retry-scheduler/retry-scheduler/workflows"
 )
 
 // delayedHistoryEvents bounds how far delayedState reads: a run still in its start delay has

@@ -8,7 +8,7 @@ import (
 
 	enumspb "go.temporal.io/api/enums/v1"
 
-	"github.com/retry-scheduler/retry-scheduler/internal/workflows"
+	"github.com/retry-scheduler/retry-scheduler/workflows"
 )
 
 // enrichDelivered adds each delivered row's result (the retry that succeeded, how many

@@ -12,8 +12,8 @@ import (
 	"unicode"
 
 	"github.com/retry-scheduler/retry-scheduler/internal/policy"
-	"github.com/retry-scheduler/retry-scheduler/internal/workflows"
 	"github.com/retry-scheduler/retry-scheduler/message"
+	"github.com/retry-scheduler/retry-scheduler/workflows"
 )
 
 // The single-item actions that carry more than a reason: a retry with an edited message

@@ -10,7 +10,7 @@ import (
 
 	"github.com/retry-scheduler/retry-scheduler/internal/config"
 	"github.com/retry-scheduler/retry-scheduler/internal/visibility"
-	"github.com/retry-scheduler/retry-scheduler/internal/workflows"
+	"github.com/retry-scheduler/retry-scheduler/workflows"
 )
 
 // Filter selects retry workflows. Zero fields do not filter. Its values come from requests

@@ -4,8 +4,8 @@ import (
 	"context"
 	"strings"
 
-	"github.com/retry-scheduler/retry-scheduler/internal/workflows"
 	"github.com/retry-scheduler/retry-scheduler/message"
+	"github.com/retry-scheduler/retry-scheduler/workflows"
 )
 
 // Finding items by what visibility cannot match: the text of their last error, and where

@@ -10,7 +10,7 @@ import (
 	enumspb "go.temporal.io/api/enums/v1"
 
 	"github.com/retry-scheduler/retry-scheduler/internal/jobs"
-	"github.com/retry-scheduler/retry-scheduler/internal/workflows"
+	"github.com/retry-scheduler/retry-scheduler/workflows"
 )
 
 // A bulk retry job counts the retries it sent; how the retried messages fared is read here,

@@ -20,7 +20,7 @@ import (
 
 	"github.com/retry-scheduler/retry-scheduler/internal/jobs"
 	"github.com/retry-scheduler/retry-scheduler/internal/visibility"
-	"github.com/retry-scheduler/retry-scheduler/internal/workflows"
+	"github.com/retry-scheduler/retry-scheduler/workflows"
 )
 
 // Long actions run as jobs (package jobs): the API starts a JobWorkflow and answers 202 with

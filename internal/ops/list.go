@@ -11,8 +11,8 @@ import (
 	"go.temporal.io/sdk/converter"
 
 	"github.com/retry-scheduler/retry-scheduler/internal/policy"
-	"github.com/retry-scheduler/retry-scheduler/internal/workflows"
 	"github.com/retry-scheduler/retry-scheduler/message"
+	"github.com/retry-scheduler/retry-scheduler/workflows"
 )
 
 // The lists: the retry queue, the dead letters and the recently delivered.

@@ -17,8 +17,8 @@ import (
 	"github.com/retry-scheduler/retry-scheduler/internal/jobs"
 	"github.com/retry-scheduler/retry-scheduler/internal/ops/openapicheck"
 	"github.com/retry-scheduler/retry-scheduler/internal/policy"
-	"github.com/retry-scheduler/retry-scheduler/internal/workflows"
 	"github.com/retry-scheduler/retry-scheduler/message"
+	"github.com/retry-scheduler/retry-scheduler/workflows"
 )
 
 // apiSpec checks every answer the harness gets (harness.do) against internal/ops/openapi.json.

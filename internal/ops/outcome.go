@@ -12,7 +12,7 @@ import (
 
 	"github.com/retry-scheduler/retry-scheduler/internal/config"
 	"github.com/retry-scheduler/retry-scheduler/internal/jobs"
-	"github.com/retry-scheduler/retry-scheduler/internal/workflows"
+	"github.com/retry-scheduler/retry-scheduler/workflows"
 )
 
 // An operator's retry republishes a message; whether that worked is known only later: the

@@ -8,8 +8,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/retry-scheduler/retry-scheduler/internal/workflows"
 	"github.com/retry-scheduler/retry-scheduler/message"
+	"github.com/retry-scheduler/retry-scheduler/workflows"
 )
 
 // settleAs makes the fake settle each retried message by its message id once the retry was

@@ -3,7 +3,7 @@ package ops
 import (
 	"net/http"
 
-	"github.com/retry-scheduler/retry-scheduler/internal/workflows"
+	"github.com/retry-scheduler/retry-scheduler/workflows"
 )
 
 // Tenant scoping, in one place: a token with a tenant sees and acts on that tenant's items

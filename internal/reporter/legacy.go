@@ -9,8 +9,8 @@ import (
 	"go.temporal.io/api/serviceerror"
 
 	"github.com/retry-scheduler/retry-scheduler/internal/policy"
-	"github.com/retry-scheduler/retry-scheduler/internal/workflows"
 	"github.com/retry-scheduler/retry-scheduler/message"
+	"github.com/retry-scheduler/retry-scheduler/workflows"
 )
 
 // reportWorkflowID is the workflow r belongs to: its message's, or for a poison delivery the

@@ -13,8 +13,8 @@ import (
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/retry-scheduler/retry-scheduler/internal/policy"
-	"github.com/retry-scheduler/retry-scheduler/internal/workflows"
 	"github.com/retry-scheduler/retry-scheduler/message"
+	"github.com/retry-scheduler/retry-scheduler/workflows"
 )
 
 // legacyClient has one run, under ID, with the given status and search attributes.

@@ -11,10 +11,10 @@ import (
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
 
-	"github.com/retry-scheduler/retry-scheduler/internal/bridge"
+	"github.com/retry-scheduler/retry-scheduler/bridge"
 	"github.com/retry-scheduler/retry-scheduler/internal/policy"
-	"github.com/retry-scheduler/retry-scheduler/internal/workflows"
 	"github.com/retry-scheduler/retry-scheduler/message"
+	"github.com/retry-scheduler/retry-scheduler/workflows"
 )
 
 // fakeClient answers the calls the Reporter makes; the embedded interface panics on others.

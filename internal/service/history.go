@@ -10,8 +10,8 @@ import (
 	"go.temporal.io/sdk/client"
 
 	"github.com/retry-scheduler/retry-scheduler/internal/visibility"
-	"github.com/retry-scheduler/retry-scheduler/internal/workflows"
 	"github.com/retry-scheduler/retry-scheduler/message"
+	"github.com/retry-scheduler/retry-scheduler/workflows"
 )
 
 // errNoEarlierRun: visibility lists no closed run of the message (yet).

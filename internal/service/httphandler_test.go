@@ -20,7 +20,7 @@ import (
 	"github.com/retry-scheduler/retry-scheduler/internal/metrics"
 	"github.com/retry-scheduler/retry-scheduler/internal/ops"
 	"github.com/retry-scheduler/retry-scheduler/internal/policy"
-	"github.com/retry-scheduler/retry-scheduler/internal/workflows"
+	"github.com/retry-scheduler/retry-scheduler/workflows"
 )
 
 // handlerProcess is a process of cfg as httpHandler sees it: its registry and checks.

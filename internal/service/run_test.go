@@ -23,7 +23,7 @@ import (
 	"github.com/retry-scheduler/retry-scheduler/internal/config"
 	"github.com/retry-scheduler/retry-scheduler/internal/metrics"
 	"github.com/retry-scheduler/retry-scheduler/internal/ops"
-	"github.com/retry-scheduler/retry-scheduler/internal/worker"
+	"github.com/retry-scheduler/retry-scheduler/worker"
 )
 
 // noBroker is a broker URL with no host: a bridge's dial and a declare fail on it at once,

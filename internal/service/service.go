@@ -23,9 +23,9 @@ import (
 	sdkworker "go.temporal.io/sdk/worker"
 	"golang.org/x/sync/errgroup"
 
-	"github.com/retry-scheduler/retry-scheduler/internal/activities"
+	"github.com/retry-scheduler/retry-scheduler/activities"
+	"github.com/retry-scheduler/retry-scheduler/bridge"
 	"github.com/retry-scheduler/retry-scheduler/internal/breaker"
-	"github.com/retry-scheduler/retry-scheduler/internal/bridge"
 	"github.com/retry-scheduler/retry-scheduler/internal/broker"
 	"github.com/retry-scheduler/retry-scheduler/internal/config"
 	"github.com/retry-scheduler/retry-scheduler/internal/jobs"
@@ -35,7 +35,7 @@ import (
 	"github.com/retry-scheduler/retry-scheduler/internal/policy"
 	"github.com/retry-scheduler/retry-scheduler/internal/reporter"
 	"github.com/retry-scheduler/retry-scheduler/internal/tracing"
-	"github.com/retry-scheduler/retry-scheduler/internal/worker"
+	"github.com/retry-scheduler/retry-scheduler/worker"
 )
 
 // After a fatal worker error (see worker.Fatal) the process is no longer alive: /healthz and

@@ -18,7 +18,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/retry-scheduler/retry-scheduler/internal/tracing"
-	"github.com/retry-scheduler/retry-scheduler/internal/worker"
+	"github.com/retry-scheduler/retry-scheduler/worker"
 )
 
 // The Temporal interceptor runs inside every workflow task of a traced worker: with it, the
@@ -32,13 +32,13 @@ func TestRecordedHistoriesReplayWithTheTracingInterceptor(t *testing.T) {
 	wi, ok := ci.(interceptor.WorkerInterceptor)
 	require.True(t, ok, "the tracing interceptor is a worker interceptor too, %T", ci)
 
-	files, err := filepath.Glob(filepath.Join("..", "workflows", "testdata", "histories", "*.json"))
+	files, err := filepath.Glob(filepath.Join("..", "..", "workflows", "testdata", "histories", "*.json"))
 	require.NoError(t, err)
 	require.NotEmpty(t, files)
 	for _, f := range files {
 		name := filepath.Base(f)
 		if strings.HasSuffix(name, ".unreplayable.json") {
-			continue // known not to replay, with or without tracing (internal/workflows/replay_test.go)
+			continue // known not to replay, with or without tracing (workflows/replay_test.go)
 		}
 		t.Run(name, func(t *testing.T) {
 			r, err := sdkworker.NewWorkflowReplayerWithOptions(sdkworker.WorkflowReplayerOptions{

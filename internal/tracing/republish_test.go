@@ -16,7 +16,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 
-	"github.com/retry-scheduler/retry-scheduler/internal/activities"
+	"github.com/retry-scheduler/retry-scheduler/activities"
 	"github.com/retry-scheduler/retry-scheduler/internal/tracing/tracingtest"
 	"github.com/retry-scheduler/retry-scheduler/message"
 )

@@ -1,6 +1,6 @@
 package visibility
 
-import "github.com/retry-scheduler/retry-scheduler/internal/workflows"
+import "github.com/retry-scheduler/retry-scheduler/workflows"
 
 // HeldRetries selects the running RetryWorkflows of one task queue held by the breaker of
 // queue (every destination's when queue is empty).

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/retry-scheduler/retry-scheduler/internal/workflows"
+	"github.com/retry-scheduler/retry-scheduler/workflows"
 )
 
 // Field is a search attribute a condition filters on: one of the workflows package's keys

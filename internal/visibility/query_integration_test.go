@@ -15,7 +15,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/retry-scheduler/retry-scheduler/internal/devserver"
-	"github.com/retry-scheduler/retry-scheduler/internal/workflows"
+	"github.com/retry-scheduler/retry-scheduler/workflows"
 )
 
 // Literal and CheckMatchable against a real server: every value CheckMatchable accepts,
