@@ -59,7 +59,7 @@ func requireHistoriesMatchBase(t *testing.T, dir string) {
 }
 
 // changedSinceAdded compares each file of the repository's directory at HEAD (the MANIFEST
-// aside) with the version the commit that first added it holds, and says which differ: an
+// aside) with the version the commit that last added it holds, and says which differ: an
 // edit committed on main, where HEAD is the base, is caught too, whatever the MANIFEST says.
 func changedSinceAdded(g gitRepo) ([]string, error) {
 	files, err := filesAt(g, "HEAD")
@@ -89,8 +89,9 @@ func changedSinceAdded(g gitRepo) ([]string, error) {
 	return problems, nil
 }
 
-// addingCommits maps each file of the repository's directory to the oldest commit of HEAD's
-// history that added it at its path (a move adds it anew).
+// addingCommits maps each file of the repository's directory to the latest commit of HEAD's
+// history that added it at its path: a move adds it anew, and a path can have held an older
+// shape of the file before it moved away and back.
 func addingCommits(g gitRepo) (map[string]string, error) {
 	out, err := g.git("log", "--diff-filter=A", "--relative", "--format=%x00%H", "--name-only", "HEAD", "--", ".")
 	if err != nil {
@@ -103,7 +104,9 @@ func addingCommits(g gitRepo) (map[string]string, error) {
 			continue
 		}
 		for _, path := range lines[1:] {
-			added[path] = lines[0] // newest first: the last one seen is the oldest
+			if _, seen := added[path]; !seen {
+				added[path] = lines[0] // newest first: the latest add (a move adds it anew)
+			}
 		}
 	}
 	return added, nil
