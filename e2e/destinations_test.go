@@ -174,7 +174,9 @@ destinations:
   producers:
     - user: guest
       queues: [%q]
-`, s.prefix+".orders*", s.prefix+".billing*", s.prefix+".billing*")
+    - anonymous: true
+      queues: [%q]
+`, s.prefix+".orders*", s.prefix+".billing*", s.prefix+".billing*", s.prefix+".orders*")
 	require.NoError(t, os.WriteFile(s.cfg.PolicyFile, []byte(file), 0o600))
 	s.run("all")
 	dlq := s.consume(s.dlq, nil)

@@ -13,6 +13,8 @@ export interface ReportOptions {
   maxReasonBytes?: number;
   /** Send the error's stack (cut at 8 KiB); true by default. */
   stackTrace?: boolean;
+  /** The report's AMQP user-id: the connection's RabbitMQ user, by which the scheduler binds producers. */
+  userId?: string;
 }
 
 export type RetryMessage = Record<string, unknown> & {

@@ -241,6 +241,9 @@ function reportFailure(channel, msg, queue, error, options = {}) {
     waiting.add(pending);
     const publishOptions = { persistent: true, contentType: 'application/json', mandatory: true };
     if (m.message_id) publishOptions.messageId = m.message_id;
+    // The connection's RabbitMQ user, which the broker checks: the scheduler's destinations
+    // block binds producers by it.
+    if (options.userId) publishOptions.userId = options.userId;
     try {
       channel.publish('', ingress, body, publishOptions, (err) => {
         waiting.delete(pending);

@@ -41,9 +41,12 @@ type ExchangeRule struct {
 // ProducerRule is what one producer, named by the AMQP user-id RabbitMQ validated, may ask.
 // A nil list leaves that dimension to the block's own lists.
 type ProducerRule struct {
-	// User is a glob on the user-id; a report without one is the empty user, which only
-	// a pattern like "*" matches.
-	User      string         `json:"user" yaml:"user"`
+	// User is a glob on the user-id. It never matches a report without one: a producer that
+	// leaves user-id out would otherwise escape the rule written for its user.
+	User string `json:"user,omitempty" yaml:"user"`
+	// Anonymous makes the rule the one for reports without a user-id (instead of User). Once
+	// the block binds producers, such a report is refused unless a rule is written for it.
+	Anonymous bool           `json:"anonymous,omitempty" yaml:"anonymous"`
 	Queues    []string       `json:"queues" yaml:"queues"`
 	Exchanges []ExchangeRule `json:"exchanges" yaml:"exchanges"`
 	// Tenants are globs on the report's tenant id; a report without one is the empty
@@ -111,7 +114,12 @@ func (d Destinations) Validate() error {
 	exchanges("destinations.exchanges", d.Exchanges)
 	for i, p := range d.Producers {
 		w := fmt.Sprintf("destinations.producers[%d]", i)
-		glob(w+".user", p.User)
+		switch {
+		case p.Anonymous && p.User != "":
+			errs = append(errs, fmt.Errorf("%s: set user or anonymous: true, not both", w))
+		case !p.Anonymous:
+			glob(w+".user", p.User)
+		}
 		globs(w+".queues", p.Queues)
 		exchanges(w+".exchanges", p.Exchanges)
 		// The empty tenant is a valid pattern here: it names reports without a tenant.
@@ -177,6 +185,9 @@ func (g *Guard) Check(d Destination) error {
 	}
 	p, ok := g.producer(d.Producer)
 	if !ok {
+		if d.Producer == "" && len(g.rules.Producers) > 0 {
+			return notAllowed("a report without a user-id matches no destinations.producers rule: have the producer set user-id, or bind such reports with a rule of their own (anonymous: true)")
+		}
 		return nil
 	}
 	who := "anonymous producer (no user-id)"
@@ -195,9 +206,16 @@ func (g *Guard) Check(d Destination) error {
 	return nil
 }
 
-// producer is the first rule whose user pattern matches user.
+// producer is the first rule whose user pattern matches user, or for a report without a
+// user-id the first anonymous rule.
 func (g *Guard) producer(user string) (ProducerRule, bool) {
 	for _, p := range g.rules.Producers {
+		if user == "" || p.Anonymous {
+			if user == "" && p.Anonymous {
+				return p, true
+			}
+			continue
+		}
 		if ok, _ := path.Match(p.User, user); ok {
 			return p, true
 		}

@@ -32,6 +32,9 @@ destinations:
     - user: "*"
       queues: ["orders.*"]
       exchanges: []
+    - anonymous: true
+      queues: ["orders.*"]
+      exchanges: []
 `
 
 func TestParseDestinations(t *testing.T) {
@@ -46,6 +49,7 @@ func TestParseDestinations(t *testing.T) {
 		Producers: []ProducerRule{
 			{User: "billing-svc", Queues: []string{"billing.*"}, Tenants: []string{"acme", ""}},
 			{User: "*", Queues: []string{"orders.*"}, Exchanges: []ExchangeRule{}},
+			{Anonymous: true, Queues: []string{"orders.*"}, Exchanges: []ExchangeRule{}},
 		},
 	}, c.Destinations)
 	assert.Equal(t, 8, c.Policies["billing"].MaxRetriesCeiling)
@@ -107,7 +111,7 @@ func TestExplicitDestinations(t *testing.T) {
 		billing(Destination{Queue: "billing.x", Exchange: "events", RoutingKey: "order.created"}),
 		billing(Destination{Queue: "billing.x", Exchange: "amq.topic", RoutingKey: "anything"}),
 		{Queue: "orders.eu", Producer: "shop"},
-		{Queue: "orders.eu"}, // anonymous: the "*" rule
+		{Queue: "orders.eu"}, // anonymous: the rule written for it
 	} {
 		assert.NoError(t, g.Check(ok), "%+v", ok)
 	}
@@ -207,4 +211,26 @@ func TestBrokerQueuesAreNeverDestinations(t *testing.T) {
 		require.Error(t, err, "%+v", d)
 		assert.Contains(t, err.Error(), "the broker's own", "%+v", d)
 	}
+}
+
+// Once the block binds producers, a report without a user-id is bound only by a rule written
+// for it: a producer that leaves user-id out does not escape its user's rule, and no glob
+// (not even "*") stands for it.
+func TestReportsWithoutUserIDFailClosed(t *testing.T) {
+	c, err := Parse([]byte("destinations:\n  producers:\n    - user: billing-svc\n      queues: [\"billing.*\"]\n    - user: \"*\"\n"))
+	require.NoError(t, err)
+	g := c.Guard("retry.scheduled", "manual-review.pending")
+	require.NoError(t, g.Check(Destination{Queue: "billing.x", Producer: "billing-svc"}))
+	require.NoError(t, g.Check(Destination{Queue: "orders.x", Producer: "shop"}), `"*" binds every named producer`)
+	err = g.Check(Destination{Queue: "billing.x"})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "a report without a user-id matches no destinations.producers rule")
+
+	// Without producer rules, a report without a user-id is bound by the block's lists alone.
+	open, err := Parse([]byte("destinations:\n  queues: [\"billing.*\"]\n"))
+	require.NoError(t, err)
+	require.NoError(t, open.Guard("retry.scheduled", "manual-review.pending").Check(Destination{Queue: "billing.x"}))
+
+	_, err = Parse([]byte("destinations:\n  producers:\n    - user: u\n      anonymous: true\n"))
+	assert.ErrorContains(t, err, "set user or anonymous: true, not both")
 }

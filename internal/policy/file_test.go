@@ -61,7 +61,8 @@ func TestParseExampleFile(t *testing.T) {
 	assert.Equal(t, Destinations{
 		Queues:    []string{"billing.*", "notify.*", "email.*", "orders.*"},
 		Exchanges: []ExchangeRule{{Exchange: "events", RoutingKeys: []string{"order.*", "invoice.*"}}},
-		Producers: []ProducerRule{{User: "billing-svc", Queues: []string{"billing.*"}, Exchanges: []ExchangeRule{}, Tenants: []string{"acme", ""}}},
+		Producers: []ProducerRule{{User: "billing-svc", Queues: []string{"billing.*"}, Exchanges: []ExchangeRule{}, Tenants: []string{"acme", ""}},
+			{Anonymous: true, Queues: []string{"notify.*", "email.*", "orders.*"}}},
 	}, c.Destinations)
 
 	assert.Equal(t, []Route{

@@ -35,6 +35,10 @@ type Options struct {
 	ViaExchange bool
 	// MaxReasonBytes bounds the reason (the error's text); DefaultMaxReasonBytes when 0.
 	MaxReasonBytes int
+	// UserID is set as each report's AMQP user-id: the connection's RabbitMQ user, which the
+	// broker checks, and by which the scheduler's destinations block binds producers. Empty:
+	// none (a report without one is bound only by a rule written for such reports).
+	UserID string
 }
 
 func (o Options) ingress() string {

@@ -97,6 +97,7 @@ func (c *Client) publish(ctx context.Context, id string, body []byte) error {
 		ContentType:  "application/json",
 		DeliveryMode: amqp.Persistent,
 		MessageId:    id,
+		UserId:       c.opts.UserID,
 		Body:         body,
 	})
 	if err != nil {

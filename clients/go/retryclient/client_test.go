@@ -112,6 +112,18 @@ func TestReportPublishesTheReportToTheIngressQueue(t *testing.T) {
 	require.Equal(t, 5000.0, fields["retry_after_ms"])
 }
 
+// The report carries the user-id it is told (the scheduler binds producers by it), and none
+// when told none.
+func TestReportSetsTheUserIDItIsGiven(t *testing.T) {
+	b, conn := dialFake(t)
+	p, err := reportAnswered(t, b, newClient(t, conn, Options{UserID: "orders-svc"}), amqp.Delivery{MessageId: "m"}, b.ack)
+	require.NoError(t, err)
+	require.Equal(t, "orders-svc", p.msg.UserId)
+	p, err = reportAnswered(t, b, newClient(t, conn, Options{}), amqp.Delivery{MessageId: "m"}, b.ack)
+	require.NoError(t, err)
+	require.Empty(t, p.msg.UserId)
+}
+
 func TestReportGoesToTheConfiguredIngressQueue(t *testing.T) {
 	b, conn := dialFake(t)
 	c := newClient(t, conn, Options{IngressQueue: "tenant-a.retry.scheduled"})

@@ -277,8 +277,8 @@ func (b *fakeBroker) serve() {
 			d.u16() // weight
 			size = int(d.u64())
 			flags := d.u16()
-			if flags&^0x9080 != 0 {
-				b.t.Errorf("fake broker: property flags %#x beyond content type, delivery mode and message id", flags)
+			if flags&^0x9090 != 0 {
+				b.t.Errorf("fake broker: property flags %#x beyond content type, delivery mode, message id and user id", flags)
 			}
 			if flags&0x8000 != 0 {
 				pub.msg.ContentType = d.shortstr()
@@ -288,6 +288,9 @@ func (b *fakeBroker) serve() {
 			}
 			if flags&0x0080 != 0 {
 				pub.msg.MessageId = d.shortstr()
+			}
+			if flags&0x0010 != 0 { // after message id: timestamp and type are never set
+				pub.msg.UserId = d.shortstr()
 			}
 			pub.msg.Body = make([]byte, 0, size)
 			if size == 0 {

@@ -104,3 +104,17 @@ test('a plain channel is refused', async (t) => {
   const ch = await conn.createChannel();
   await assert.rejects(reportFailure(ch, { content: Buffer.alloc(0), properties: {} }, 'q', new Error('x')), /confirm channel/);
 });
+
+test('a report carries the user-id it is given, which the broker checks', async (t) => {
+  const { conn, owned } = await open(t);
+  const ch = await conn.createConfirmChannel();
+  const ingress = `node-client-${randomUUID()}.ingress`;
+  await ch.assertQueue(ingress, { durable: false });
+  owned(ingress);
+  const user = decodeURIComponent(new URL(url).username || 'guest');
+  const msg = { content: Buffer.from('p'), properties: { messageId: 'u-1', headers: {} }, fields: {} };
+  await reportFailure(ch, msg, 'orders', new Error('x'), { ingressQueue: ingress, userId: user });
+  const got = await receive(ch, ingress);
+  ch.ack(got);
+  assert.equal(got.properties.userId, user);
+});
