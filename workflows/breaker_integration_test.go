@@ -60,11 +60,7 @@ func TestBreakerJudgesItsProbeOnADevServer(t *testing.T) {
 		require.NoError(t, err)
 	}
 	state := func() workflows.BreakerState {
-		v, err := c.QueryWorkflow(ctx, id, "", workflows.QueryBreakerState)
-		require.NoError(t, err)
-		var st workflows.BreakerState
-		require.NoError(t, v.Get(&st))
-		return st
+		return queryAs[workflows.BreakerState](t, ctx, c, id, workflows.QueryBreakerState)
 	}
 	t.Cleanup(func() { _ = c.TerminateWorkflow(context.Background(), id, "", "test over") })
 

@@ -219,9 +219,5 @@ func (h *heldRun) report(count int, key string) {
 // state queries the run's state.
 func (h *heldRun) state() workflows.State {
 	h.t.Helper()
-	v, err := h.c.QueryWorkflow(h.ctx, h.id, "", workflows.QueryState)
-	require.NoError(h.t, err)
-	var st workflows.State
-	require.NoError(h.t, v.Get(&st))
-	return st
+	return queryAs[workflows.State](h.t, h.ctx, h.c, h.id, workflows.QueryState)
 }

@@ -3,6 +3,7 @@
 package workflows_test
 
 import (
+	"context"
 	"io"
 	"log/slog"
 	"testing"
@@ -26,4 +27,14 @@ func startWorker(t *testing.T, c client.Client, taskQueue string, acts *activiti
 	w := worker.New(c, worker.Options{TaskQueue: taskQueue, StopTimeout: time.Second}, acts)
 	require.NoError(t, w.Start())
 	return w.Stop
+}
+
+// queryAs answers query name of workflow id's latest run as a T.
+func queryAs[T any](t *testing.T, ctx context.Context, c client.Client, id, name string) T {
+	t.Helper()
+	v, err := c.QueryWorkflow(ctx, id, "", name)
+	require.NoError(t, err, "query %s of %s", name, id)
+	var out T
+	require.NoError(t, v.Get(&out), "decode query %s of %s", name, id)
+	return out
 }

@@ -260,11 +260,7 @@ func (b *breakerRig) outcomes(republished, failed int) {
 // state queries the breaker's latest run.
 func (b *breakerRig) state() workflows.BreakerState {
 	b.t.Helper()
-	v, err := b.c.QueryWorkflow(b.ctx, b.id, "", workflows.QueryBreakerState)
-	require.NoError(b.t, err)
-	var st workflows.BreakerState
-	require.NoError(b.t, v.Get(&st))
-	return st
+	return queryAs[workflows.BreakerState](b.t, b.ctx, b.c, b.id, workflows.QueryBreakerState)
 }
 
 // awaitMode waits until the breaker is in mode m, and answers its state then.

@@ -58,10 +58,7 @@ func TestReportPendingWhenTheRunEndsIsSetAside(t *testing.T) {
 	var res workflows.Result
 	require.NoError(t, c.GetWorkflow(ctx, id, "").Get(ctx, &res))
 	require.Equal(t, workflows.StatusExpired, res.Status)
-	v, err := c.QueryWorkflow(ctx, id, "", workflows.QueryState)
-	require.NoError(t, err)
-	var st workflows.State
-	require.NoError(t, v.Get(&st))
+	st := queryAs[workflows.State](t, ctx, c, id, workflows.QueryState)
 	require.Equal(t, map[string]int{workflows.SetAsideRunEnded: 1}, st.SetAside)
 	require.Equal(t, 1, st.DuplicateReports)
 	require.NotNil(t, st.LastSetAside)
