@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
 	"strings"
 	"time"
 
@@ -40,6 +41,35 @@ type MessageResponse struct {
 	// StateError says why the state could not be read (the workflow is closed and no worker
 	// could replay it, say).
 	StateError string `json:"state_error,omitempty"`
+	// Redacted names the state's fields left out of this answer: the message's payload and
+	// headers, which may carry personal data, for a viewer or when ?payload=false asked.
+	Redacted []string `json:"redacted,omitempty"`
+}
+
+// paramPayload is GET /api/messages/{id}'s ?payload=false: the state without the message's
+// payload and headers (what a viewer always gets), and no audit line for the read.
+const paramPayload = "payload"
+
+// redactedFields are the state's fields a metadata-only read leaves out.
+var redactedFields = []string{"state.message.payload", "state.message.headers"}
+
+// withPayload says whether p's read of a message includes its payload and headers: an
+// operator's or an admin's, unless it asks for metadata alone.
+func withPayload(p Principal, q url.Values) (bool, error) {
+	switch v := q.Get(paramPayload); v {
+	case "", "true":
+		return p.Role >= RoleOperator, nil
+	case "false":
+		return false, nil
+	default:
+		return false, badf("payload %q is not true or false", v)
+	}
+}
+
+// redact leaves the message's payload and headers out of st.
+func redact(st *workflows.State) {
+	st.Message.Payload = nil
+	st.Message.Headers = nil
 }
 
 // loaded is an item read for an action: its workflow and state.
@@ -154,6 +184,16 @@ func (a *API) load(ctx context.Context, p Principal, id string) (loaded, error) 
 // (without it, StateError says why; a tenant-scoped token is refused instead).
 func (a *API) getMessage(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
+	if err := knownParams(r.URL.Query(), paramPayload); err != nil {
+		fail(w, err)
+		return
+	}
+	p := principalOf(r.Context())
+	payload, err := withPayload(p, r.URL.Query())
+	if err != nil {
+		fail(w, err)
+		return
+	}
 	ctx, cancel := context.WithTimeout(r.Context(), readTimeout)
 	defer cancel()
 	wf, err := a.describe(ctx, id)
@@ -168,9 +208,17 @@ func (a *API) getMessage(w http.ResponseWriter, r *http.Request) {
 	} else {
 		resp.StateError = err.Error()
 	}
-	if err := checkTenant(principalOf(r.Context()), id, resp.State, err); err != nil {
+	if err := checkTenant(p, id, resp.State, err); err != nil {
 		fail(w, err)
 		return
+	}
+	switch {
+	case resp.State != nil && !payload:
+		redact(resp.State)
+		resp.Redacted = redactedFields
+	case resp.State != nil:
+		// A message's payload may carry personal data: who read it is on record.
+		a.audit(p, "read-payload", []string{id}, "", "read")
 	}
 	writeJSON(w, http.StatusOK, resp)
 }

@@ -421,7 +421,8 @@ async function followOutcome(id, before) {
     if ($('#progress').textContent !== line) return null;
     let r;
     try {
-      r = await api('GET', 'messages/' + encodeURIComponent(id));
+      // Metadata alone: the outcome needs no payload, and a payload read is audited.
+      r = await api('GET', 'messages/' + encodeURIComponent(id) + '?payload=false');
     } catch (e) {
       if (e.status === 401) return null;
       continue;
@@ -691,7 +692,7 @@ function detailActions(id, status) {
 
 async function showDetail(id) {
   try {
-    const r = await api('GET', 'messages/' + encodeURIComponent(id));
+    const r = await api('GET', 'messages/' + encodeURIComponent(id) + '?payload=false'); // metadata: a payload read is audited
     const st = r.state || {};
     const msg = st.message || {};
     $('#detail-title').textContent = id + ' — ' + (r.state ? st.status : r.workflow.status);
