@@ -15,6 +15,8 @@ export interface ReportOptions {
   stackTrace?: boolean;
   /** The report's AMQP user-id: the connection's RabbitMQ user, by which the scheduler binds producers. */
   userId?: string;
+  /** How long to wait for the broker's confirm before rejecting; 30000 ms by default. */
+  timeoutMs?: number;
 }
 
 export type RetryMessage = Record<string, unknown> & {
@@ -29,6 +31,7 @@ export type RetryMessage = Record<string, unknown> & {
 
 export declare const CATEGORIES: Readonly<{ TRANSIENT: 'transient'; RATE_LIMITED: 'rate-limited'; PERMANENT: 'permanent'; VALIDATION: 'validation' }>;
 export declare const DEFAULT_INGRESS_QUEUE: 'retry.scheduled';
+export declare const DEFAULT_TIMEOUT_MS: 30000;
 
 export declare function reportFailure(channel: ConfirmChannel, msg: ConsumeMessage | GetMessage, queue: string, error: unknown, options?: ReportOptions): Promise<void>;
 export declare function buildRetryMessage(msg: ConsumeMessage | GetMessage, queue: string, error: unknown, options?: ReportOptions): RetryMessage;

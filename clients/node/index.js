@@ -215,12 +215,28 @@ function buildRetryMessage(msg, queue, error, options = {}) {
   return m;
 }
 
+// DEFAULT_TIMEOUT_MS is how long a report waits for the broker's confirm unless told
+// (options.timeoutMs): a broker that never answers must not hold the consumer for ever.
+const DEFAULT_TIMEOUT_MS = 30000;
+
 /**
  * Reports the failed delivery msg, consumed from queue, to the scheduler, publishing on the
  * confirm channel (channel.createConfirmChannel()). Resolves once the broker has confirmed the
  * report; then ack msg. On a rejection, do not ack: nack with requeue so nothing is lost.
+ * Rejects when no confirm came within options.timeoutMs (30 s by default).
  */
 function reportFailure(channel, msg, queue, error, options = {}) {
+  const timeoutMs = options.timeoutMs ?? DEFAULT_TIMEOUT_MS;
+  let timer;
+  const confirmed = publishReport(channel, msg, queue, error, options);
+  const timedOut = new Promise((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`retry-scheduler-client: no confirm for the report within ${timeoutMs} ms; do not ack the delivery`)), timeoutMs);
+  });
+  return Promise.race([confirmed, timedOut]).finally(() => clearTimeout(timer));
+}
+
+// publishReport publishes the report and settles on the broker's confirm.
+function publishReport(channel, msg, queue, error, options) {
   return new Promise((resolve, reject) => {
     if (!channel || typeof channel.waitForConfirms !== 'function') {
       reject(new TypeError('reportFailure needs a confirm channel (connection.createConfirmChannel())'));
@@ -290,4 +306,5 @@ module.exports = {
   rateLimited,
   CATEGORIES,
   DEFAULT_INGRESS_QUEUE,
+  DEFAULT_TIMEOUT_MS,
 };
