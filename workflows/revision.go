@@ -71,6 +71,14 @@ const (
 	changeHeldKeyReportCounts = "report-with-held-retrys-key-counts"
 )
 
+// The release plan of the gates outside every revision, so that none costs runs longer than
+// it must: changeProbeFailureReported and changeHeldKeyReportCounts join revision 3 in the
+// release after the one that brought them, once every worker runs their gates. Neither is on
+// the default path (a retry no breaker holds): until then a held retry records a marker per
+// gate it reaches, a default retry none, which is the revision a new install runs and the
+// bench measures. BreakerWorkflow's gates (changeIdleEnd, changeHalfOpenJudgesProbes) stay
+// outside revisions: a breaker is one long run per destination and records each marker once.
+
 // revisionChanges lists, for each revision, the gated changes it takes without GetVersion.
 var revisionChanges = [][]string{
 	1: {changePriorAttempts, changeUnknownCapPerPolicy, changeRetryOpensWindow, changeReportsWithQuietTimer, changeBreakerHoldsRetries},
