@@ -77,7 +77,7 @@ const (
 // the default path (a retry no breaker holds): until then a held retry records a marker per
 // gate it reaches, a default retry none, which is the revision a new install runs and the
 // bench measures. BreakerWorkflow's gates (changeIdleEnd, changeHalfOpenJudgesProbes) stay
-// outside revisions: a breaker is one long run per destination and records each marker once.
+// outside revisions: a breaker is a long run per destination and records each marker once a run.
 
 // revisionChanges lists, for each revision, the gated changes it takes without GetVersion.
 var revisionChanges = [][]string{
