@@ -140,15 +140,18 @@ func messageLogger(l *slog.Logger, m message.Message) *slog.Logger {
 
 // History reads what earlier runs of a workflow recorded.
 type History interface {
-	// PriorAttempts returns the attempts recorded by the most recent closed run of
-	// workflowID other than runID, oldest first; none when there is no such run.
-	PriorAttempts(ctx context.Context, workflowID, runID string) ([]message.Attempt, error)
+	// PriorAttempts returns the attempts recorded by run earlierRunID of workflowID, or,
+	// when earlierRunID is empty, by the most recent closed run of workflowID other than
+	// runID; oldest first, none when there is no such run.
+	PriorAttempts(ctx context.Context, workflowID, runID, earlierRunID string) ([]message.Attempt, error)
 }
 
-// PriorAttemptsInput names the run asking.
+// PriorAttemptsInput names the run asking and, when the bridge named it
+// (message.FailureReport.Earlier), its earlier run.
 type PriorAttemptsInput struct {
-	WorkflowID string `json:"workflow_id"`
-	RunID      string `json:"run_id"`
+	WorkflowID   string `json:"workflow_id"`
+	RunID        string `json:"run_id"`
+	EarlierRunID string `json:"earlier_run_id,omitempty"`
 }
 
 // PriorAttempts gives a run that continues an earlier run's count (a failure reported after
@@ -157,7 +160,7 @@ func (a *Activities) PriorAttempts(ctx context.Context, in PriorAttemptsInput) (
 	if a.History == nil {
 		return nil, nil
 	}
-	attempts, err := a.History.PriorAttempts(ctx, in.WorkflowID, in.RunID)
+	attempts, err := a.History.PriorAttempts(ctx, in.WorkflowID, in.RunID, in.EarlierRunID)
 	if err != nil {
 		return nil, fmt.Errorf("prior attempts of %s: %w", in.WorkflowID, err)
 	}

@@ -8,12 +8,14 @@ import (
 	"fmt"
 	"net/http"
 	"os/exec"
+	"slices"
 	"sync"
 	"testing"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/log"
 
 	"github.com/retry-scheduler/retry-scheduler/internal/broker/brokertest"
@@ -301,7 +303,9 @@ func (s *stack) startWorker(t *testing.T, bin string) *exec.Cmd {
 }
 
 // A failure reported after the run ended: the new run continues the count and its dead
-// letter still carries the earlier run's attempts.
+// letter still carries the earlier run's attempts. The bridge names that run, read from the
+// server's record rather than visibility, so the new run looks it up once: one PriorAttempts
+// local activity, no retry waiting for visibility in its first workflow task.
 func TestLateReportNewRunKeepsTheWholeStory(t *testing.T) {
 	s := newStack(t)
 	s.run("all")
@@ -325,6 +329,11 @@ func TestLateReportNewRunKeepsTheWholeStory(t *testing.T) {
 	id := message.WorkflowID(orders, "late-1")
 	require.Equal(t, workflows.StatusDelivered, s.workflowResult(id, patience).Status)
 	c.next(t, patience)
+	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
+	defer cancel()
+	d, err := s.tc.DescribeWorkflow(ctx, id, "")
+	require.NoError(t, err)
+	earlier := d.WorkflowExecution.RunID
 
 	// The consumer's report of retry 1 arrives only now, after the run ended as delivered.
 	mu.Lock()
@@ -340,5 +349,42 @@ func TestLateReportNewRunKeepsTheWholeStory(t *testing.T) {
 		require.Equal(t, i+1, a.Attempt)
 		require.Equal(t, fmt.Sprintf("fail #%d", i+1), a.Error)
 	}
+	st, err := s.state(id)
+	require.NoError(t, err)
+	require.GreaterOrEqual(t, len(st.Attempts), 1)
+	require.Equal(t, "fail #1", st.Attempts[0].Error, "the earlier run's attempt carried over")
+	require.True(t, slices.ContainsFunc(st.Events, func(e workflows.Event) bool {
+		return e.Detail == "continues the earlier run "+earlier+": 1 attempts carried over"
+	}), "the run says which run it continued: %+v", st.Events)
+	require.Equal(t, []int32{1}, s.priorAttemptsTries(id), "one PriorAttempts local activity, tried once")
 	s.recordHistory(id, "late-report-continues-earlier-run")
+}
+
+// priorAttemptsTries are the attempts recorded by each PriorAttempts local-activity marker in
+// the history of workflow id's latest run: a local activity's retries end in one marker,
+// which records the attempt that ended it.
+func (s *stack) priorAttemptsTries(id string) []int32 {
+	s.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
+	defer cancel()
+	dc := converter.GetDefaultDataConverter()
+	var tries []int32
+	it := s.tc.GetWorkflowHistory(ctx, id, "", false, 0)
+	for it.HasNext() {
+		e, err := it.Next()
+		require.NoError(s.t, err)
+		m := e.GetMarkerRecordedEventAttributes()
+		if m.GetMarkerName() != "LocalActivity" {
+			continue
+		}
+		var data struct {
+			ActivityType string
+			Attempt      int32
+		}
+		require.NoError(s.t, dc.FromPayloads(m.GetDetails()["data"], &data))
+		if data.ActivityType == "PriorAttempts" {
+			tries = append(tries, data.Attempt)
+		}
+	}
+	return tries
 }

@@ -93,6 +93,20 @@ type FailureReport struct {
 	// Poison, when set, says the delivery could not be decoded or carried (poison, oversize):
 	// the report parks the message as dead at once, for an operator (see Poison).
 	Poison *Poison `json:"poison,omitempty"`
+
+	// Earlier is what the bridge found, reading the server's own record rather than
+	// visibility, of the message's latest run when the report continues a count (RetryCount
+	// ≥ 1) and no run took it as a signal: the closed run whose attempts the new run carries
+	// over, or none. Nil: the bridge did not look (a bridge from before the field, or a
+	// report for a running run), and a new run finds its earlier run through visibility.
+	Earlier *EarlierRun `json:"earlier_run,omitempty"`
+}
+
+// EarlierRun names a report's earlier run (FailureReport.Earlier).
+type EarlierRun struct {
+	// RunID is the closed run's ID; empty when the message has no run (none was ever
+	// started, or the last one's retention is over).
+	RunID string `json:"run_id,omitempty"`
 }
 
 // Poison kinds: Poison.Kind and the dead reason of a parked poison message.

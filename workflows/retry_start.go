@@ -47,29 +47,43 @@ func (r *retryRun) applyFirstReport(rep message.FailureReport) {
 		return
 	}
 	if rep.RetryCount > 0 {
-		r.takePriorAttempts()
+		r.takePriorAttempts(rep.Earlier)
 	}
 	r.failed(rep, now)
 }
 
+// priorAttemptsOptions: one try, within a few seconds. The look-up runs in the run's first
+// workflow task, which holds its slot until it ends, and the retry due in that task waits
+// for it: where the bridge names the earlier run (or that there is none) the answer does
+// not come sooner for asking again, and a report from an older bridge (Earlier nil) gets one
+// visibility listing rather than waiting out its lag (four tries over about 7 s before). The
+// options are not part of the history: a recorded run whose look-up took retries replays
+// from its marker as before.
 var priorAttemptsOptions = workflow.LocalActivityOptions{
-	StartToCloseTimeout: 10 * time.Second,
-	// Four tries over about 7 s: visibility lists the earlier run's close a moment after it.
-	RetryPolicy: &temporal.RetryPolicy{InitialInterval: time.Second, MaximumAttempts: 4},
+	StartToCloseTimeout: 5 * time.Second,
+	RetryPolicy:         &temporal.RetryPolicy{MaximumAttempts: 1},
 }
 
 // takePriorAttempts starts this run's attempt history with the earlier run's, when the
-// report continues a count (it failed again after that run had ended). Best effort: the
-// count itself comes from the report, so a failed look-up only shortens the story.
-func (r *retryRun) takePriorAttempts() {
+// report continues a count (it failed again after that run had ended). earlier is what the
+// bridge found of that run (message.FailureReport.Earlier). Best effort: the count itself
+// comes from the report, so a failed look-up only shortens the story.
+func (r *retryRun) takePriorAttempts(earlier *message.EarlierRun) {
 	if !r.includes(changePriorAttempts) && workflow.GetVersion(r.ctx, changePriorAttempts, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
 		return
 	}
 	info := workflow.GetInfo(r.ctx)
+	in := activities.PriorAttemptsInput{WorkflowID: info.WorkflowExecution.ID, RunID: info.WorkflowExecution.RunID}
+	if earlier != nil {
+		if earlier.RunID == "" && r.trustsNoEarlierRun() {
+			r.event("note", "", "no earlier run to carry attempts from: the count continues from the report")
+			return
+		}
+		in.EarlierRunID = earlier.RunID
+	}
 	var acts *activities.Activities
 	var prior []message.Attempt
-	err := workflow.ExecuteLocalActivity(workflow.WithLocalActivityOptions(r.ctx, priorAttemptsOptions), acts.PriorAttempts,
-		activities.PriorAttemptsInput{WorkflowID: info.WorkflowExecution.ID, RunID: info.WorkflowExecution.RunID}).Get(r.ctx, &prior)
+	err := workflow.ExecuteLocalActivity(workflow.WithLocalActivityOptions(r.ctx, priorAttemptsOptions), acts.PriorAttempts, in).Get(r.ctx, &prior)
 	if err != nil {
 		r.event("note", "", "attempts of the earlier run not found: "+err.Error())
 		return
@@ -81,7 +95,25 @@ func (r *retryRun) takePriorAttempts() {
 	if first := prior[0].Timestamp; !first.IsZero() && first.Before(r.state.FirstFailureAt) {
 		r.state.FirstFailureAt = first
 	}
-	r.event("note", "", "continues an earlier run: "+strconv.Itoa(len(prior))+" attempts carried over")
+	from := "an earlier run"
+	if in.EarlierRunID != "" {
+		from = "the earlier run " + in.EarlierRunID
+	}
+	r.event("note", "", "continues "+from+": "+strconv.Itoa(len(prior))+" attempts carried over")
+}
+
+// trustsNoEarlierRun says whether this run takes the bridge's word that the message has no
+// earlier run (a report handing Earlier with no run ID) and schedules no look-up. Asked only
+// on that report. Without the gate a run could not be replayed by both sides of an upgrade:
+// a bridge that names no earlier run can report to a worker from before the field, which
+// ignores it and records the look-up's marker, and this code, replaying that history
+// (a worker restart, a query of the closed run), would schedule nothing in its place. Old
+// histories without the field never reach it: an Earlier naming a run, or none at all,
+// schedules the same local activity as before, its input aside, which replay does not
+// compare.
+func (r *retryRun) trustsNoEarlierRun() bool {
+	return r.includes(changeNoEarlierRun) ||
+		workflow.GetVersion(r.ctx, changeNoEarlierRun, workflow.DefaultVersion, 1) != workflow.DefaultVersion
 }
 
 // setFromFirstReport fixes the message, policy and count from a run's first report, accepted

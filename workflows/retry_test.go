@@ -115,11 +115,17 @@ type retrySuite struct {
 	updates int
 }
 
-// fakeHistory stands in for Temporal's record of earlier runs.
-type fakeHistory struct{ attempts []message.Attempt }
+// fakeHistory stands in for Temporal's record of earlier runs, answering attempts or err;
+// asked keeps the earlier run ID of each look-up ("" for the latest closed run).
+type fakeHistory struct {
+	attempts []message.Attempt
+	err      error
+	asked    []string
+}
 
-func (h *fakeHistory) PriorAttempts(context.Context, string, string) ([]message.Attempt, error) {
-	return h.attempts, nil
+func (h *fakeHistory) PriorAttempts(_ context.Context, _, _, earlierRunID string) ([]message.Attempt, error) {
+	h.asked = append(h.asked, earlierRunID)
+	return h.attempts, h.err
 }
 
 func TestRetryWorkflow(t *testing.T) { suite.Run(t, new(retrySuite)) }

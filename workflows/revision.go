@@ -69,6 +69,10 @@ const (
 	// (heldRetryWentOut); runs from before it set the report aside, and took the silence after
 	// the release, which the consumer deduplicated, as delivered.
 	changeHeldKeyReportCounts = "report-with-held-retrys-key-counts"
+	// A report on which the bridge found no earlier run (message.FailureReport.Earlier with
+	// no run ID) schedules no look-up of one (trustsNoEarlierRun); runs from before it
+	// looked through visibility, as for any report that continues a count.
+	changeNoEarlierRun = "no-look-up-when-bridge-found-no-earlier-run"
 )
 
 // The release plan of the gates outside every revision, so that none costs runs longer than
@@ -78,6 +82,10 @@ const (
 // gate it reaches, a default retry none, which is the revision a new install runs and the
 // bench measures. BreakerWorkflow's gates (changeIdleEnd, changeHalfOpenJudgesProbes) stay
 // outside revisions: a breaker is a long run per destination and records each marker once a run.
+//
+// changeNoEarlierRun joins revision 3 on the same terms: it too is off the default path,
+// asked only of a report that continues a count and on which the bridge found no earlier
+// run, which records its marker until then.
 
 // revisionChanges lists, for each revision, the gated changes it takes without GetVersion.
 var revisionChanges = [][]string{

@@ -24,6 +24,7 @@ type legacyClient struct {
 	status    enumspb.WorkflowExecutionStatus
 	sa        temporal.SearchAttributes
 	described []string
+	signalled []string
 }
 
 func (f *legacyClient) DescribeWorkflow(_ context.Context, id, _ string) (*client.WorkflowExecutionDescription, error) {
@@ -34,6 +35,25 @@ func (f *legacyClient) DescribeWorkflow(_ context.Context, id, _ string) (*clien
 	return &client.WorkflowExecutionDescription{WorkflowExecutionMetadata: client.WorkflowExecutionMetadata{
 		Status: f.status, TypedSearchAttributes: f.sa,
 	}}, nil
+}
+
+// SignalWorkflow reaches the one run when it is running; otherwise there is no run to
+// signal (NotFound).
+func (f *legacyClient) SignalWorkflow(ctx context.Context, id, runID, name string, arg any) error {
+	if id != f.id || f.status != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
+		return serviceerror.NewNotFound("workflow not found")
+	}
+	f.signalled = append(f.signalled, id)
+	return f.fakeClient.SignalWorkflow(ctx, id, runID, name, arg)
+}
+
+// reportedTo is the workflow each report went to, by start or by signal.
+func (f *legacyClient) reportedTo() []string {
+	out := append([]string(nil), f.signalled...)
+	for _, o := range f.starts {
+		out = append(out, o.ID)
+	}
+	return out
 }
 
 func reportFor(queue, id string) message.FailureReport {
@@ -60,8 +80,7 @@ func TestReportFindsARunningLegacyWorkflowOfItsMessage(t *testing.T) {
 			c := &legacyClient{id: legacy, status: tt.status,
 				sa: temporal.NewSearchAttributes(workflows.SAOriginalQueue.ValueSet(tt.queue))}
 			require.NoError(t, (&Reporter{Client: c, TaskQueue: "tq"}).Report(t.Context(), reportFor("orders/eu", "42")))
-			require.Len(t, c.starts, 1)
-			assert.Equal(t, tt.want, c.starts[0].ID)
+			assert.Equal(t, []string{tt.want}, c.reportedTo())
 		})
 	}
 }
@@ -69,11 +88,17 @@ func TestReportFindsARunningLegacyWorkflowOfItsMessage(t *testing.T) {
 func TestReportLooksUpLegacyOnlyWhenTheIDChanged(t *testing.T) {
 	c := &legacyClient{}
 	r := &Reporter{Client: c, TaskQueue: "tq"}
-	require.NoError(t, r.Report(t.Context(), reportFor("orders", "eu/42")))
+	// First reports: a later one would also describe its own workflow (its earlier run).
+	first := func(queue, id string) message.FailureReport {
+		rep := reportFor(queue, id)
+		rep.RetryCount = 0
+		return rep
+	}
+	require.NoError(t, r.Report(t.Context(), first("orders", "eu/42")))
 	assert.Empty(t, c.described, "a queue without '/', '%' or NUL keeps its ID: no look-up")
 	assert.Equal(t, "retry/orders/eu/42", c.starts[0].ID)
 
-	require.NoError(t, r.Report(t.Context(), reportFor("orders/eu", "42")))
+	require.NoError(t, r.Report(t.Context(), first("orders/eu", "42")))
 	assert.Equal(t, []string{"retry/orders/eu/42"}, c.described)
 	assert.Equal(t, "retry/orders%2Feu/42", c.starts[1].ID, "no legacy run: the new ID")
 }

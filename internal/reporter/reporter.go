@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"time"
 
+	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
 
@@ -110,6 +111,13 @@ func (p *Reporter) report(ctx context.Context, r message.FailureReport) error {
 	if err != nil {
 		return err
 	}
+	if continuesCount(r) {
+		sent, err := p.signalRunning(ctx, id, r)
+		if err != nil || sent {
+			return err
+		}
+		r.Earlier = p.earlierRun(ctx, id)
+	}
 	opts := client.StartWorkflowOptions{
 		ID:        id,
 		TaskQueue: p.TaskQueue,
@@ -158,6 +166,48 @@ func (p *Reporter) report(ctx context.Context, r message.FailureReport) error {
 		}
 	}
 	return fmt.Errorf("report %s: workflow kept ending between start and signal", id)
+}
+
+// continuesCount says whether r continues a message's count (a failure of a retry), so that a
+// new run for it needs its earlier run's attempts (FailureReport.Earlier).
+func continuesCount(r message.FailureReport) bool {
+	return r.RetryCount >= 1 && r.Poison == nil
+}
+
+// signalRunning hands r to the running run of workflow id, and says whether there was one: a
+// report that continues a count usually fails a retry its run awaits, and that run takes it
+// as a signal, one call as a signal-with-start would be. Only when no run is running does
+// the report need its earlier run looked up.
+func (p *Reporter) signalRunning(ctx context.Context, id string, r message.FailureReport) (bool, error) {
+	err := p.Client.SignalWorkflow(ctx, id, "", workflows.SignalFailureReport, r)
+	var notFound *serviceerror.NotFound
+	switch {
+	case err == nil:
+		return true, nil
+	case errors.As(err, &notFound):
+		// No run, or only closed ones (the server answers NotFound for both).
+		return false, nil
+	}
+	return false, fmt.Errorf("signal %s: %w", id, err)
+}
+
+// earlierRun is what a new run of workflow id starts from: its latest run, closed, or none.
+// DescribeWorkflow reads the server's record of the workflow, which a run's close updates
+// at once, where visibility (the run's own fallback, when the report names nothing) lists
+// the close a moment later, longer on a loaded store. A run running again (started since
+// signalRunning) takes r as a signal, so there is nothing to hand it. An error leaves it
+// unnamed: the run then looks through visibility, once, as from an older bridge; the
+// report itself does not fail for a look-up that only lengthens its story.
+func (p *Reporter) earlierRun(ctx context.Context, id string) *message.EarlierRun {
+	d, err := p.Client.DescribeWorkflow(ctx, id, "")
+	var notFound *serviceerror.NotFound
+	switch {
+	case errors.As(err, &notFound):
+		return &message.EarlierRun{}
+	case err != nil, d.Status == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING:
+		return nil
+	}
+	return &message.EarlierRun{RunID: d.WorkflowExecution.RunID}
 }
 
 // probeWorkflowID names a workflow that never exists: describing it goes through the frontend

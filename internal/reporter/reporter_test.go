@@ -18,26 +18,37 @@ import (
 )
 
 // fakeClient answers the calls the Reporter makes; the embedded interface panics on others.
+// A signal answers signalErr: nil means a run is running.
 type fakeClient struct {
 	client.Client
 	startErr, signalErr, describeErr error
 	starts                           []client.StartWorkflowOptions
 	inputs                           []workflows.Input
+	// reports are the reports the client was given, by start or signal, in order.
+	reports []message.FailureReport
+	signals int
 }
 
-func (f *fakeClient) SignalWithStartWorkflow(_ context.Context, _ string, _ string, _ any, opts client.StartWorkflowOptions, _ any, args ...any) (client.WorkflowRun, error) {
+func (f *fakeClient) SignalWithStartWorkflow(_ context.Context, _ string, _ string, arg any, opts client.StartWorkflowOptions, _ any, args ...any) (client.WorkflowRun, error) {
 	f.starts = append(f.starts, opts)
 	f.inputs = append(f.inputs, args[0].(workflows.Input))
+	f.reports = append(f.reports, arg.(message.FailureReport))
 	return nil, f.startErr
 }
 
 func (f *fakeClient) ExecuteWorkflow(_ context.Context, opts client.StartWorkflowOptions, _ any, args ...any) (client.WorkflowRun, error) {
+	in := args[0].(workflows.Input)
 	f.starts = append(f.starts, opts)
-	f.inputs = append(f.inputs, args[0].(workflows.Input))
+	f.inputs = append(f.inputs, in)
+	if in.Report != nil {
+		f.reports = append(f.reports, *in.Report)
+	}
 	return nil, f.startErr
 }
 
-func (f *fakeClient) SignalWorkflow(context.Context, string, string, string, any) error {
+func (f *fakeClient) SignalWorkflow(_ context.Context, _, _, _ string, arg any) error {
+	f.signals++
+	f.reports = append(f.reports, arg.(message.FailureReport))
 	return f.signalErr
 }
 

@@ -129,7 +129,7 @@ func TestPriorAttemptsQueriesTheLatestClosedRun(t *testing.T) {
 	want := []message.Attempt{{Attempt: 1, Error: "boom", Category: "transient"}, {Attempt: 2, Error: "boom again", Category: "transient"}}
 	c.On("QueryWorkflow", mock.Anything, "wf", "latest", workflows.QueryState).Return(stateValue{workflows.State{Attempts: want}}, nil)
 
-	got, err := history{client: c, namespace: "ns"}.PriorAttempts(context.Background(), "wf", "current")
+	got, err := history{client: c, namespace: "ns"}.PriorAttempts(context.Background(), "wf", "current", "")
 
 	require.NoError(t, err)
 	assert.Equal(t, want, got)
@@ -140,7 +140,7 @@ func TestPriorAttemptsWithoutAClosedRunSaysSo(t *testing.T) {
 	c.On("ListWorkflow", mock.Anything, mock.Anything).Return(&workflowservice.ListWorkflowExecutionsResponse{
 		Executions: []*workflowpb.WorkflowExecutionInfo{closedRun("current", time.Now())}}, nil)
 
-	_, err := history{client: c, namespace: "ns"}.PriorAttempts(context.Background(), "wf", "current")
+	_, err := history{client: c, namespace: "ns"}.PriorAttempts(context.Background(), "wf", "current", "")
 
 	assert.ErrorIs(t, err, errNoEarlierRun)
 }
@@ -148,14 +148,31 @@ func TestPriorAttemptsWithoutAClosedRunSaysSo(t *testing.T) {
 func TestPriorAttemptsWrapsTemporalErrors(t *testing.T) {
 	c := mocks.NewClient(t)
 	c.On("ListWorkflow", mock.Anything, mock.Anything).Return(nil, errors.New("unavailable")).Once()
-	_, err := history{client: c, namespace: "ns"}.PriorAttempts(context.Background(), "wf", "current")
+	_, err := history{client: c, namespace: "ns"}.PriorAttempts(context.Background(), "wf", "current", "")
 	require.ErrorContains(t, err, "list runs: unavailable")
 
 	c.On("ListWorkflow", mock.Anything, mock.Anything).Return(&workflowservice.ListWorkflowExecutionsResponse{
 		Executions: []*workflowpb.WorkflowExecutionInfo{closedRun("earlier", time.Now())}}, nil)
 	c.On("QueryWorkflow", mock.Anything, "wf", "earlier", workflows.QueryState).Return(nil, errors.New("no worker"))
-	_, err = history{client: c, namespace: "ns"}.PriorAttempts(context.Background(), "wf", "current")
+	_, err = history{client: c, namespace: "ns"}.PriorAttempts(context.Background(), "wf", "current", "")
 	require.ErrorContains(t, err, "query run earlier: no worker")
+}
+
+// The run the bridge named is queried as it is: visibility is not asked, so its lag cannot
+// hide the run.
+func TestPriorAttemptsQueriesTheNamedRunWithoutListing(t *testing.T) {
+	c := mocks.NewClient(t) // ListWorkflow is not expected: the mock fails the test on a call
+	want := []message.Attempt{{Attempt: 1, Error: "boom", Category: "transient"}}
+	c.On("QueryWorkflow", mock.Anything, "wf", "earlier", workflows.QueryState).Return(stateValue{workflows.State{Attempts: want}}, nil).Once()
+
+	got, err := history{client: c, namespace: "ns"}.PriorAttempts(context.Background(), "wf", "current", "earlier")
+
+	require.NoError(t, err)
+	assert.Equal(t, want, got)
+
+	c.On("QueryWorkflow", mock.Anything, "wf", "gone", workflows.QueryState).Return(nil, errors.New("not found")).Once()
+	_, err = history{client: c, namespace: "ns"}.PriorAttempts(context.Background(), "wf", "current", "gone")
+	require.ErrorContains(t, err, "query run gone: not found")
 }
 
 // badState is a query answer that does not decode.
@@ -170,7 +187,7 @@ func TestPriorAttemptsWrapsADecodeError(t *testing.T) {
 		Executions: []*workflowpb.WorkflowExecutionInfo{closedRun("earlier", time.Now())}}, nil)
 	c.On("QueryWorkflow", mock.Anything, "wf", "earlier", workflows.QueryState).Return(badState{}, nil)
 
-	_, err := history{client: c, namespace: "ns"}.PriorAttempts(context.Background(), "wf", "current")
+	_, err := history{client: c, namespace: "ns"}.PriorAttempts(context.Background(), "wf", "current", "")
 
 	require.ErrorContains(t, err, "decode state of run earlier: not a State")
 }

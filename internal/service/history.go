@@ -17,25 +17,48 @@ import (
 // errNoEarlierRun: visibility lists no closed run of the message (yet).
 var errNoEarlierRun = errors.New("no earlier run")
 
-// historyRunsPage is how many closed runs of one message PriorAttempts reads: one page, as
+// historyRunsPage is how many closed runs of one message latestClosedRun reads: one page, as
 // visibility lists the most recently closed runs first.
 const historyRunsPage = 100
 
-// history reads a message's earlier runs through Temporal: visibility finds the latest
-// closed run, the state query (answered by replaying it on a worker) gives its attempts.
+// history reads a message's earlier runs through Temporal: the run the bridge named, else
+// the latest closed run visibility lists; the state query (answered by replaying that run on
+// a worker) gives its attempts.
 type history struct {
 	client    client.Client
 	namespace string
 }
 
-func (h history) PriorAttempts(ctx context.Context, workflowID, runID string) ([]message.Attempt, error) {
+func (h history) PriorAttempts(ctx context.Context, workflowID, runID, earlierRunID string) ([]message.Attempt, error) {
+	if earlierRunID == "" {
+		latest, err := h.latestClosedRun(ctx, workflowID, runID)
+		if err != nil {
+			return nil, err
+		}
+		earlierRunID = latest
+	}
+	v, err := h.client.QueryWorkflow(ctx, workflowID, earlierRunID, workflows.QueryState)
+	if err != nil {
+		return nil, fmt.Errorf("query run %s: %w", earlierRunID, err)
+	}
+	var st workflows.State
+	if err := v.Get(&st); err != nil {
+		return nil, fmt.Errorf("decode state of run %s: %w", earlierRunID, err)
+	}
+	return st.Attempts, nil
+}
+
+// latestClosedRun is the ID of the most recently closed run of workflowID other than runID,
+// as visibility lists them: the look-up of a report whose bridge did not name the earlier run
+// (one from before message.FailureReport.Earlier).
+func (h history) latestClosedRun(ctx context.Context, workflowID, runID string) (string, error) {
 	resp, err := h.client.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{
 		Namespace: h.namespace,
 		Query:     visibility.RunsOf(workflowID).NotEqual(visibility.ExecutionStatus, visibility.Running).String(),
 		PageSize:  historyRunsPage,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("list runs: %w", err)
+		return "", fmt.Errorf("list runs: %w", err)
 	}
 	var latest *workflowpb.WorkflowExecutionInfo
 	for _, e := range resp.GetExecutions() {
@@ -48,17 +71,11 @@ func (h history) PriorAttempts(ctx context.Context, workflowID, runID string) ([
 	}
 	if latest == nil {
 		// A report continues a count only after an earlier run republished it, so that run
-		// exists; visibility records its close a moment after it ends (later on a loaded
-		// SQL store). An error lets the local activity's retries wait for it.
-		return nil, fmt.Errorf("%w: no closed run of %s listed yet", errNoEarlierRun, workflowID)
+		// exists, but visibility records its close a moment after it ends (later on a loaded
+		// SQL store). The error is final, not a cue to retry: the look-up runs once, in the
+		// new run's first workflow task, which waiting out the lag would hold while the retry
+		// it is due to send waits; the run only carries fewer attempts.
+		return "", fmt.Errorf("%w: no closed run of %s listed yet", errNoEarlierRun, workflowID)
 	}
-	v, err := h.client.QueryWorkflow(ctx, workflowID, latest.GetExecution().GetRunId(), workflows.QueryState)
-	if err != nil {
-		return nil, fmt.Errorf("query run %s: %w", latest.GetExecution().GetRunId(), err)
-	}
-	var st workflows.State
-	if err := v.Get(&st); err != nil {
-		return nil, fmt.Errorf("decode state of run %s: %w", latest.GetExecution().GetRunId(), err)
-	}
-	return st.Attempts, nil
+	return latest.GetExecution().GetRunId(), nil
 }
