@@ -25,9 +25,12 @@ const (
 	phaseSplit = "split"
 	phaseBurst = "burst"
 	phaseMixed = "mixed"
+	// phaseOverload offers twice the knee the ladder found (or -overload-rate) for
+	// -overload-duration, with an operator probing the ops API every second meanwhile.
+	phaseOverload = "overload"
 )
 
-var allPhases = []string{phaseCeiling, phaseLadder, phaseSustained, phaseSplit, phaseBurst, phaseMixed}
+var allPhases = []string{phaseCeiling, phaseLadder, phaseSustained, phaseSplit, phaseBurst, phaseMixed, phaseOverload}
 
 // defaultDynamicConfig is passed to the dev server on top of the flags `make run` uses
 // (devserver.Server.Args, which include devserver.DynamicConfig): none, so that the bench
@@ -48,6 +51,14 @@ type options struct {
 	// BurstRate and BurstDuration shape the burst phase.
 	BurstRate     int
 	BurstDuration time.Duration
+	// MixedKneeDuration is how long the mixed phase's two further loads, at the run's knee
+	// and at twice it, offer load (0: not run).
+	MixedKneeDuration time.Duration
+	// OverloadRate, when set, is the overload phase's offered rate (else twice the ladder's
+	// knee), and without a ladder its half stands for the knee. OverloadDuration is how long
+	// the overload offers it.
+	OverloadRate     int
+	OverloadDuration time.Duration
 	// Policy names the policy the bench's queues get (policyDefault or policyFixed); Delays
 	// is that policy's wait before each retry, which the ceiling's probe sleeps too.
 	Policy string
@@ -139,6 +150,9 @@ func parseConfig(args []string, stderr io.Writer) (options, error) {
 	fs.DurationVar(&c.Duration, "duration", 120*time.Second, "sustained and mixed: how long to publish")
 	fs.IntVar(&c.BurstRate, "burst-rate", 200, "burst: failed messages per second")
 	fs.DurationVar(&c.BurstDuration, "burst-duration", 30*time.Second, "burst: how long to publish")
+	fs.DurationVar(&c.MixedKneeDuration, "mixed-knee-duration", 60*time.Second, "mixed: how long each of its two further loads, at the run's knee and at twice it, publishes (0: neither runs)")
+	fs.IntVar(&c.OverloadRate, "overload-rate", 0, "overload: failed messages per second (default: twice the knee the ladder found in this run; needed when the ladder does not run, and then its half is the knee the overload is judged against)")
+	fs.DurationVar(&c.OverloadDuration, "overload-duration", 120*time.Second, "overload: how long to publish")
 	fs.StringVar(&c.Policy, "policy", policyDefault, "the bench's traffic: default (the service's default policy: its delays, jitter and quiet window, what a queue without a route gets) or fixed (-delay, no jitter, -quiet-window); the ceiling's probe sleeps the same delays")
 	fs.DurationVar(&c.Delay, "delay", time.Second, "-policy fixed: the retry delay")
 	fs.DurationVar(&c.QuietWindow, "quiet-window", 2*time.Second, "-policy fixed: the quiet window (0: none, the run ends at the republish)")
@@ -248,7 +262,7 @@ func parseConfig(args []string, stderr io.Writer) (options, error) {
 		}
 	}
 	positive := map[string]time.Duration{
-		"-step-duration": c.StepDuration, "-duration": c.Duration, "-burst-duration": c.BurstDuration,
+		"-step-duration": c.StepDuration, "-duration": c.Duration, "-burst-duration": c.BurstDuration, "-overload-duration": c.OverloadDuration,
 		"-delay": c.Delay, "-p99-target": c.P99Target, "-mixed-p99-target": c.MixedP99Target, "-drain-timeout": c.DrainTimeout, "-drain-limit": c.DrainLimit,
 	}
 	for name, d := range positive {
@@ -258,6 +272,15 @@ func parseConfig(args []string, stderr io.Writer) (options, error) {
 	}
 	if c.QuietWindow < 0 {
 		errs = append(errs, errors.New("-quiet-window must not be negative"))
+	}
+	if c.MixedKneeDuration < 0 {
+		errs = append(errs, errors.New("-mixed-knee-duration must not be negative"))
+	}
+	if c.OverloadRate < 0 || c.OverloadRate == 1 {
+		errs = append(errs, errors.New("-overload-rate must be 0 (twice the ladder's knee) or at least 2"))
+	}
+	if slices.Contains(c.Phases, phaseOverload) && !slices.Contains(c.Phases, phaseLadder) && c.OverloadRate == 0 {
+		errs = append(errs, errors.New("-phases overload without ladder needs -overload-rate: the overload offers twice the knee the ladder finds in the same run"))
 	}
 	if c.Rate <= 0 || c.BurstRate <= 0 || c.Publishers <= 0 {
 		errs = append(errs, errors.New("-rate, -burst-rate and -publishers must be positive"))

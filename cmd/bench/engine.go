@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 )
@@ -25,22 +26,45 @@ const (
 // topPersistenceOps is how many persistence operations a step lists by name.
 const topPersistenceOps = 8
 
+// The server's timeout counters (history's timer queue), labelled by operation: a workflow
+// task's are those of the operations naming WorkflowTaskTimeout
+// (TimerActiveTaskWorkflowTaskTimeout, …SpeculativeWorkflowTaskTimeout). A sticky queue's
+// task that waited past its schedule-to-start timeout counts under the first; one a worker
+// took and did not complete in time under the second.
+const (
+	metricScheduleToStartTimeout = "schedule_to_start_timeout"
+	metricStartToCloseTimeout    = "start_to_close_timeout"
+	workflowTaskTimeoutOperation = "WorkflowTaskTimeout"
+)
+
 // metricsSample is one scrape of the server's /metrics: the persistence counters summed by
-// operation over their other labels.
+// operation over their other labels, and the workflow-task timeouts by timeout counter.
 type metricsSample struct {
 	persistence map[string]float64
 	visibility  map[string]float64
+	taskTimeout map[string]float64
 }
 
-// parseMetrics reads the two persistence counters out of a Prometheus text exposition. Only
-// their lines are parsed, so that an odd line of another family cannot spoil the sample.
+// scrapedFamily says whether parseMetrics reads a metric family (a counter's name with or
+// without an exporter's _total suffix, for the timeout counters).
+func scrapedFamily(name string) bool {
+	switch strings.TrimSuffix(name, "_total") {
+	case metricScheduleToStartTimeout, metricStartToCloseTimeout:
+		return true
+	}
+	return name == metricPersistence || name == metricVisibility
+}
+
+// parseMetrics reads the two persistence counters and the timeout counters out of a
+// Prometheus text exposition. Only their lines are parsed, so that an odd line of another
+// family cannot spoil the sample.
 func parseMetrics(r io.Reader) (metricsSample, error) {
 	var kept bytes.Buffer
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
 		line := sc.Text()
-		if name := familyOf(line); name == metricPersistence || name == metricVisibility {
+		if scrapedFamily(familyOf(line)) {
 			kept.WriteString(line)
 			kept.WriteByte('\n')
 		}
@@ -53,27 +77,40 @@ func parseMetrics(r io.Reader) (metricsSample, error) {
 	if err != nil {
 		return metricsSample{}, fmt.Errorf("parse metrics: %w", err)
 	}
-	out := metricsSample{persistence: map[string]float64{}, visibility: map[string]float64{}}
+	out := metricsSample{persistence: map[string]float64{}, visibility: map[string]float64{}, taskTimeout: map[string]float64{}}
 	for name, into := range map[string]map[string]float64{metricPersistence: out.persistence, metricVisibility: out.visibility} {
-		f := fams[name]
-		if f == nil {
-			continue
+		for _, m := range fams[name].GetMetric() {
+			into[operationOf(m)] += valueOf(m)
 		}
-		for _, m := range f.GetMetric() {
-			op := "?"
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "operation" {
-					op = l.GetValue()
+	}
+	for _, name := range []string{metricScheduleToStartTimeout, metricStartToCloseTimeout} {
+		for _, family := range []string{name, name + "_total"} {
+			for _, m := range fams[family].GetMetric() {
+				if strings.Contains(operationOf(m), workflowTaskTimeoutOperation) {
+					out.taskTimeout[name] += valueOf(m)
 				}
-			}
-			if c := m.GetCounter(); c != nil {
-				into[op] += c.GetValue()
-			} else {
-				into[op] += m.GetUntyped().GetValue()
 			}
 		}
 	}
 	return out, nil
+}
+
+// operationOf is a sample's operation label ("?" without one).
+func operationOf(m *dto.Metric) string {
+	for _, l := range m.GetLabel() {
+		if l.GetName() == "operation" {
+			return l.GetValue()
+		}
+	}
+	return "?"
+}
+
+// valueOf is a counter's (or an untyped sample's) value.
+func valueOf(m *dto.Metric) float64 {
+	if c := m.GetCounter(); c != nil {
+		return c.GetValue()
+	}
+	return m.GetUntyped().GetValue()
 }
 
 // familyOf is the metric family a line of the text format belongs to: the sample's name, or
@@ -150,6 +187,10 @@ type engineWork struct {
 	VisibilityWrites         float64   `json:"visibility_writes"`
 	VisibilityWritesPerRetry float64   `json:"visibility_writes_per_retry"`
 	Visibility               []opCount `json:"visibility_operations,omitempty"`
+	// WorkflowTaskTimeouts are the workflow tasks the server timed out over the step (its
+	// timeout counters' growth): an overloaded engine's sticky-queue tasks time out and go
+	// again through the normal queue, two more history events and a replay each.
+	WorkflowTaskTimeouts *taskTimeouts `json:"workflow_task_timeouts,omitempty"`
 	// History is the mean shape of a sample of the step's workflow histories.
 	History *historySummary `json:"history,omitempty"`
 	// Errors say what could not be measured (a scrape or a history that failed).
@@ -184,7 +225,27 @@ func (w *engineWork) delta(before, after metricsSample, retries int) {
 		}
 	}
 	w.VisibilityWritesPerRetry = per(w.VisibilityWrites)
+
+	grown := map[string]float64{}
+	for _, o := range diff(before.taskTimeout, after.taskTimeout) {
+		grown[o.Operation] = o.Count
+	}
+	w.WorkflowTaskTimeouts = &taskTimeouts{
+		ScheduleToStart: grown[metricScheduleToStartTimeout], StartToClose: grown[metricStartToCloseTimeout],
+	}
 }
+
+// taskTimeouts counts a step's workflow-task timeouts by kind.
+type taskTimeouts struct {
+	// ScheduleToStart are tasks that waited on a sticky queue past its schedule-to-start
+	// timeout (WORKFLOW_STICKY_TIMEOUT), then went to the normal queue.
+	ScheduleToStart float64 `json:"schedule_to_start"`
+	// StartToClose are tasks a worker took and did not complete in time.
+	StartToClose float64 `json:"start_to_close"`
+}
+
+// total is every workflow-task timeout.
+func (t *taskTimeouts) total() float64 { return t.ScheduleToStart + t.StartToClose }
 
 // diff is each operation's growth from before to after, largest first (ties by name); a
 // counter that went down (a restarted server) counts from zero.

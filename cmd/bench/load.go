@@ -11,9 +11,12 @@ import (
 
 // step is the outcome of offering load at one rate for a while: one row of the table.
 type step struct {
-	Phase   string  `json:"phase"`
-	Rate    int     `json:"rate_per_s"`
-	Seconds float64 `json:"load_seconds"`
+	Phase string `json:"phase"`
+	Rate  int    `json:"rate_per_s"`
+	// LoadRole says what the rate is relative to the run's knee: roleKnee or roleTwiceKnee
+	// ("": a rate of the flags).
+	LoadRole string  `json:"load_role,omitempty"`
+	Seconds  float64 `json:"load_seconds"`
 	// Sent counts messages published (pipeline) or workflows started (ceiling) without error;
 	// SendErrors the attempts that failed (not counted as sent).
 	Sent       int     `json:"sent"`
@@ -33,6 +36,9 @@ type step struct {
 	// DrainSeconds is the last completion minus the last scheduled time: how long the backlog
 	// outlived the load (0 when there was none).
 	DrainSeconds float64 `json:"drain_seconds"`
+	// EndedAfterSeconds is the last end (arrival, or dead letter) minus the load's start:
+	// when the step was drained, counted from its start.
+	EndedAfterSeconds float64 `json:"ended_after_start_seconds"`
 	// ServedRate is completions per second from the first due time to the last completion:
 	// the rate the system actually worked at, backlog included.
 	ServedRate float64 `json:"served_rate_per_s"`
@@ -66,8 +72,25 @@ type step struct {
 	// Mixed is the mixed phase's bookkeeping: what the consumer did with the messages and how
 	// each kind of retry fared.
 	Mixed *mixedStats `json:"mixed,omitempty"`
-	Pass  bool        `json:"pass"`
-	Why   string      `json:"why,omitempty"`
+	// Overload is the overload phase's account: served against the knee, engine work against
+	// the ladder's, the operator probe.
+	Overload *overloadStats `json:"overload,omitempty"`
+	// MustShow are the claims the step is judged on besides Pass (burst, mixed, overload),
+	// printed as PASS/FAIL lines; they do not fail the run.
+	MustShow []mustShow `json:"must_show,omitempty"`
+	Pass     bool       `json:"pass"`
+	Why      string     `json:"why,omitempty"`
+}
+
+// label names a step in the table: its phase, and for a load at the knee or twice it, which.
+func (s step) label() string {
+	switch s.LoadRole {
+	case roleKnee:
+		return s.Phase + "@knee"
+	case roleTwiceKnee:
+		return s.Phase + "@2×knee"
+	}
+	return s.Phase
 }
 
 // arrival is one completion of a message: a delivery on the original queue, or the ceiling
@@ -286,6 +309,7 @@ func (s *step) worstBySecond(sec int, late time.Duration) {
 // firsts tallies a step's completions for its throughput, served rate and drain: the load ran
 // from start to end, and its results fall due delay later, in [from, to].
 type firsts struct {
+	start    time.Time
 	from, to time.Time
 	inWindow int
 	// last is the latest completion; lastDue the latest due time.
@@ -293,7 +317,7 @@ type firsts struct {
 }
 
 func newFirsts(start, end time.Time, delay time.Duration) *firsts {
-	return &firsts{from: start.Add(delay), to: end.Add(delay)}
+	return &firsts{start: start, from: start.Add(delay), to: end.Add(delay)}
 }
 
 // arrived records a completion at at.
@@ -330,10 +354,14 @@ func (f *firsts) rates(s *step) {
 	}
 }
 
-// drain sets s.DrainSeconds: how long past the last due time the last end came.
+// drain sets s.DrainSeconds: how long past the last due time the last end came; and
+// s.EndedAfterSeconds: how long after the load's start.
 func (f *firsts) drain(s *step) {
 	if !f.lastDue.IsZero() {
 		s.DrainSeconds = round(max(0, f.last.Sub(f.lastDue).Seconds()))
+	}
+	if !f.last.IsZero() {
+		s.EndedAfterSeconds = round(max(0, f.last.Sub(f.start).Seconds()))
 	}
 }
 
@@ -375,6 +403,19 @@ func perRetry(s *step) {
 		}
 		s.CPUPerRetry[k] = round(v * 1000 / float64(s.Completed))
 	}
+}
+
+// firstArrivals returns when each message that was sent first came back.
+func (t *tracker) firstArrivals() []time.Time {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var out []time.Time
+	for seq, arrivals := range t.got {
+		if _, ok := t.sent[seq]; ok && len(arrivals) > 0 {
+			out = append(out, arrivals[0].at)
+		}
+	}
+	return out
 }
 
 // completedSeqs returns the sequence numbers of the messages that came back.

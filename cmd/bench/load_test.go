@@ -119,8 +119,14 @@ func TestParseConfigEngineAndMixed(t *testing.T) {
 	c, err := parseConfig(nil, nil)
 	assert.NoError(t, err)
 	assert.Equal(t, devserver.EngineDev, c.Engine)
-	assert.Equal(t, []string{phaseCeiling, phaseLadder, phaseSustained, phaseSplit, phaseBurst, phaseMixed}, c.Phases, "mixed runs last by default")
-	assert.Equal(t, []load{{rate: 50, duration: 120 * time.Second}}, phaseLoads(c, phaseMixed), "at -rate for -duration")
+	assert.Equal(t, []string{phaseCeiling, phaseLadder, phaseSustained, phaseSplit, phaseBurst, phaseMixed, phaseOverload}, c.Phases, "mixed, then overload, run last by default")
+	loads, err := phaseLoads(c, phaseMixed, knee{})
+	assert.NoError(t, err)
+	assert.Equal(t, []load{{rate: 50, duration: 120 * time.Second}}, loads, "at -rate for -duration, without a knee")
+	loads, err = phaseLoads(c, phaseMixed, knee{Rate: 30, Source: phaseLadder})
+	assert.NoError(t, err)
+	assert.Equal(t, []load{{rate: 50, duration: 120 * time.Second}, {rate: 30, duration: time.Minute, role: roleKnee}, {rate: 60, duration: time.Minute, role: roleTwiceKnee}}, loads,
+		"then at the knee and twice it, -mixed-knee-duration each")
 
 	c, err = parseConfig([]string{"-engine", "postgres", "-phases", "mixed,ceiling"}, nil)
 	assert.NoError(t, err)

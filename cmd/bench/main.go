@@ -1,13 +1,15 @@
 // Command bench measures retry-scheduler on this machine (`make bench`): the bare engine's
 // ceiling, then the whole pipeline (RabbitMQ → bridge → RetryWorkflow → republish → RabbitMQ)
-// at rising rates, sustained, in a burst, and with consumers that fail again (mixed), with
-// the Temporal server's work per retry, on the dev server or (-engine postgres) the Temporal
-// server on PostgreSQL. It prints a table and writes JSON under cmd/bench/results. See
-// cmd/bench/README.md for the method and how to read the numbers.
+// at rising rates, sustained, in a burst, with consumers that fail again (mixed), and at twice
+// its knee with an operator at the ops API (overload), with the Temporal server's work per
+// retry, on the dev server or (-engine postgres) the Temporal server on PostgreSQL. It prints
+// a table and writes JSON under cmd/bench/results. See cmd/bench/README.md for the method and
+// how to read the numbers.
 //
-//	go run ./cmd/bench                                        # every phase, default lengths (~15-25 min)
+//	go run ./cmd/bench                                        # every phase, default lengths (~30-50 min)
 //	go run ./cmd/bench -phases ceiling,sustained,burst -duration 15s -burst-duration 5s
 //	go run ./cmd/bench -engine postgres -phases mixed -duration 20s
+//	go run ./cmd/bench -phases overload -overload-rate 60    # twice a knee of 30/s, 120 s
 package main
 
 import (
@@ -62,6 +64,8 @@ type environment struct {
 	keepDir bool
 	log     *slog.Logger
 	quiet   *slog.Logger
+	// knee is the run's knee so far (kneeOf): the ladder's, once it has run.
+	knee knee
 }
 
 func run(ctx context.Context, c options, stdout, stderr io.Writer) int {
@@ -94,13 +98,20 @@ func run(ctx context.Context, c options, stdout, stderr io.Writer) int {
 		if ctx.Err() != nil {
 			break
 		}
+		env.knee = kneeOf(rep.Steps, c.OverloadRate)
 		var steps []step
 		var err error
 		switch phase {
 		case phaseCeiling:
 			steps, err = runCeiling(ctx, c, env)
 		default:
-			steps, err = runPipeline(ctx, c, env, phase, phaseLoads(c, phase))
+			var loads []load
+			if loads, err = phaseLoads(c, phase, env.knee); err == nil {
+				if phase == phaseMixed && len(loads) == 1 && c.MixedKneeDuration > 0 {
+					env.log.Warn("mixed: no knee in this run (no passing ladder step, no -overload-rate): it runs at -rate only")
+				}
+				steps, err = runPipeline(ctx, c, env, phase, loads)
+			}
 		}
 		rep.Steps = append(rep.Steps, steps...)
 		if err != nil {
@@ -136,21 +147,30 @@ func run(ctx context.Context, c options, stdout, stderr io.Writer) int {
 	return 0
 }
 
-// phaseLoads are the loads a pipeline phase offers.
-func phaseLoads(c options, phase string) []load {
+// phaseLoads are the loads a pipeline phase offers, k the run's knee so far (the mixed
+// phase's further loads and the overload's rate).
+func phaseLoads(c options, phase string, k knee) ([]load, error) {
 	switch phase {
 	case phaseLadder:
 		loads := make([]load, len(c.Steps))
 		for i, r := range c.Steps {
 			loads[i] = load{rate: r, duration: c.StepDuration}
 		}
-		return loads
-	case phaseSustained, phaseSplit, phaseMixed:
-		return []load{{rate: c.Rate, duration: c.Duration}}
+		return loads, nil
+	case phaseSustained, phaseSplit:
+		return []load{{rate: c.Rate, duration: c.Duration}}, nil
+	case phaseMixed:
+		return mixedLoads(c, k), nil
 	case phaseBurst:
-		return []load{{rate: c.BurstRate, duration: c.BurstDuration}}
+		return []load{{rate: c.BurstRate, duration: c.BurstDuration}}, nil
+	case phaseOverload:
+		l, err := overloadLoad(c, k)
+		if err != nil {
+			return nil, err
+		}
+		return []load{l}, nil
 	}
-	return nil
+	return nil, nil
 }
 
 // runVariantB runs a pipeline phase again with c.ABEnv added to the service's settings; its
@@ -159,7 +179,11 @@ func runVariantB(ctx context.Context, c options, env *environment, phase string)
 	b := c
 	b.ServiceEnv = append(slices.Clone(c.ServiceEnv), c.ABEnv...)
 	env.log.Info("phase B", "phase", phase, "extra_service_env", c.ABEnv)
-	steps, err := runPipeline(ctx, b, env, phase, phaseLoads(c, phase))
+	loads, err := phaseLoads(c, phase, env.knee)
+	if err != nil {
+		return nil, err
+	}
+	steps, err := runPipeline(ctx, b, env, phase, loads)
 	for i := range steps {
 		steps[i].Phase += "/B"
 	}

@@ -187,7 +187,7 @@ func TestMixedTrackerBookkeeping(t *testing.T) {
 	assert.Equal(t, 100.0, st.Lateness["first"].Max)
 	assert.Equal(t, 300.0, s.Lateness.Max)
 
-	judgeMixed(&s, st, options{MixedP99Target: 250 * time.Millisecond})
+	judgeMixed(&s, st, options{MixedP99Target: 250 * time.Millisecond}, true)
 	assert.False(t, s.Pass)
 	assert.Equal(t, "p99 over target (later_same_run), lost, dead-lettered, dead-lettered not as exhausted, retries missing, unexpected retries, send errors", s.Why)
 }
@@ -221,7 +221,7 @@ func TestMixedTrackerAllEnded(t *testing.T) {
 	assert.Equal(t, 3, st.Ended)
 	assert.Equal(t, 1.0, s.DrainSeconds, "the dead letter at 6 s, 0.98 s after the last retry was due (late's second, 5.02 s)")
 	s.Rate = 100 // far more than was served: throughput is not judged
-	judgeMixed(&s, st, options{MixedP99Target: time.Second, KeepUp: 0.95})
+	judgeMixed(&s, st, options{MixedP99Target: time.Second, KeepUp: 0.95}, true)
 	assert.True(t, s.Pass, s.Why)
 }
 
@@ -239,7 +239,7 @@ func TestMixedReportFailure(t *testing.T) {
 	st := tr.fill(&s, start, start.Add(time.Second), 0)
 	assert.Zero(t, s.Lost)
 	assert.Equal(t, 1, st.ReportErrors)
-	judgeMixed(&s, st, options{MixedP99Target: time.Second})
+	judgeMixed(&s, st, options{MixedP99Target: time.Second}, true)
 	assert.Equal(t, "send errors", s.Why)
 }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -21,10 +22,12 @@ import (
 	"github.com/retry-scheduler/retry-scheduler/workflows"
 )
 
-// load is one rate held for a while, a row of a pipeline phase.
+// load is one rate held for a while, a row of a pipeline phase; role says what the rate is
+// relative to the run's knee (roleKnee, roleTwiceKnee; "": a rate of the flags).
 type load struct {
 	rate     int
 	duration time.Duration
+	role     string
 }
 
 // pipeline is the whole product under load: the service in child processes (one `all`
@@ -44,6 +47,11 @@ type pipeline struct {
 	pub        *broker.Publisher
 	ingress    string
 	dlq        string
+	// apiToken is the ops API's operator token the service was given (overload phase: its
+	// operator probe); "" otherwise.
+	apiToken string
+	// during, when set, runs beside a load for its duration (the overload's operator probe).
+	during func(ctx context.Context, d time.Duration)
 }
 
 // payload is the body of each bench message: its sequence number and send time, so a
@@ -122,7 +130,13 @@ func (p *pipeline) start(ctx context.Context, phase string) error {
 		httpAddr := "127.0.0.1:" + strconv.Itoa(port)
 		args := append([]string{mode, "-http-addr", httpAddr}, common...)
 		logFile := filepath.Join(p.env.dir, phase+"-"+role+".log")
-		svc, err := startService(ctx, args, p.c.ServiceEnv, httpAddr, logFile)
+		env := p.c.ServiceEnv
+		if phase == phaseOverload && role == "worker" {
+			// The operator probe's token: the `all` process serves the ops API, as deployed.
+			p.apiToken = newAPIToken()
+			env = append(slices.Clone(env), apiTokensEnv(p.apiToken))
+		}
+		svc, err := startService(ctx, args, env, httpAddr, logFile)
 		if err != nil {
 			return fmt.Errorf("%s: %s: %w", phase, mode, err)
 		}
@@ -184,6 +198,16 @@ func (p *pipeline) run(ctx context.Context, phase string, i int, l load) (step, 
 		return p.runMixed(ctx, phase, name, original, l)
 	}
 
+	// The overload's operator probe reports its own messages for this queue (the default
+	// policy's: no route of -policy fixed names it).
+	probeQueue := p.env.prefix + "." + phase + ".probe-" + strconv.Itoa(i)
+	if phase == phaseOverload {
+		if err := broker.DeclareQueues(p.bcfg, p.env.quiet, probeQueue); err != nil {
+			return step{}, fmt.Errorf("%s: %w", name, err)
+		}
+		defer deleteQueues(p.bcfg, probeQueue)
+	}
+
 	t := newTracker(p.c.Delays.nominal(), func(seq int) time.Duration {
 		return p.c.Delays.of(message.WorkflowID(original, name+"-"+strconv.Itoa(seq)), 1)
 	})
@@ -206,6 +230,16 @@ func (p *pipeline) run(ctx context.Context, phase string, i int, l load) (step, 
 	if err := awaitConsumer(ctx, name, original, consuming); err != nil {
 		return step{}, err
 	}
+	var probe *opsProbe
+	if phase == phaseOverload {
+		probe = p.startOpsProbe(ctx, cctx, &wg, probeQueue, int(l.duration/time.Second)+opsProbeSpare)
+		if st := probe.stats(); st.SetupError != "" {
+			p.env.log.Warn("ops probe could not start: the overload runs without it", "error", st.SetupError)
+		} else {
+			p.during = probe.run
+			defer func() { p.during = nil }()
+		}
+	}
 
 	s, start, end, engine := p.offer(ctx, phase, name, original, l, t, backlog)
 	t.fill(&s, start, end)
@@ -221,6 +255,16 @@ func (p *pipeline) run(ctx context.Context, phase string, i int, l load) (step, 
 	s.Slowest = p.trace(ctx, original, name, t.latest(slowestTraced))
 	perRetry(&s)
 	judge(&s, p.c)
+	switch phase {
+	case phaseBurst:
+		s.MustShow = burstMustShows(s, p.env.knee)
+	case phaseOverload:
+		// Past the knee by design: judged by what it must show, not by lateness or keeping up.
+		s.Overload = newOverloadStats(s, t.firstArrivals(), start, end, p.env.knee)
+		s.Overload.Probe = probe.stats()
+		s.MustShow = overloadMustShows(s.Overload)
+		judgeOverload(&s)
+	}
 	if s.DeadLettered > 0 {
 		s.Pass = false
 		s.Why = joinWhy(s.Why, "dead-lettered")
@@ -243,13 +287,18 @@ func (p *pipeline) offer(ctx context.Context, phase, name, original string, l lo
 	defer cpu.close()
 	engine = newEngineMeter(ctx, p.srv.metricsURL)
 	opens := breakerOpens(ctx, p.workerHTTP)
+	var beside sync.WaitGroup
+	if during := p.during; during != nil {
+		beside.Go(func() { during(ctx, l.duration) })
+	}
 	start, end = pace(ctx, l.rate, l.duration, p.c.Publishers, func(ctx context.Context, seq int) {
 		p.send(ctx, original, name, seq, t)
 	})
 	t.waitAll(ctx, p.c.DrainTimeout, p.c.Delays.nominal()+p.c.DrainLimit)
+	beside.Wait()
 	sleep(ctx, p.c.QuietWindow+time.Second)
 
-	s = step{Phase: phase, Rate: l.rate, PeakIngressBacklog: backlog.get(), BreakerOpens: p.opensSince(ctx, opens)}
+	s = step{Phase: phase, Rate: l.rate, LoadRole: l.role, PeakIngressBacklog: backlog.get(), BreakerOpens: p.opensSince(ctx, opens)}
 	cpu.record(&s)
 	engine.stop(ctx)
 	return s, start, end, engine

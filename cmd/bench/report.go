@@ -59,18 +59,23 @@ type settings struct {
 	Policy string `json:"policy"`
 	// Flags are the flags this run was given: every setting that differs from the defaults,
 	// with ServiceEnv, ABEnv and DynamicConfig.
-	Flags         []string `json:"flags"`
-	Steps         []int    `json:"steps_per_s"`
-	StepSeconds   float64  `json:"step_seconds"`
-	Rate          int      `json:"sustained_rate_per_s"`
-	Seconds       float64  `json:"sustained_seconds"`
-	BurstRate     int      `json:"burst_rate_per_s"`
-	BurstSeconds  float64  `json:"burst_seconds"`
-	DelayMs       float64  `json:"delay_ms"`
-	QuietWindowMs float64  `json:"quiet_window_ms"`
-	P99TargetMs   float64  `json:"p99_target_ms"`
-	MixedP99Ms    float64  `json:"mixed_p99_target_ms"`
-	KeepUp        float64  `json:"keep_up"`
+	Flags        []string `json:"flags"`
+	Steps        []int    `json:"steps_per_s"`
+	StepSeconds  float64  `json:"step_seconds"`
+	Rate         int      `json:"sustained_rate_per_s"`
+	Seconds      float64  `json:"sustained_seconds"`
+	BurstRate    int      `json:"burst_rate_per_s"`
+	BurstSeconds float64  `json:"burst_seconds"`
+	// MixedKneeSeconds is the length of the mixed phase's loads at the knee and twice it.
+	MixedKneeSeconds float64 `json:"mixed_knee_seconds"`
+	// OverloadRate is -overload-rate (0: twice the ladder's knee).
+	OverloadRate    int     `json:"overload_rate_per_s,omitempty"`
+	OverloadSeconds float64 `json:"overload_seconds"`
+	DelayMs         float64 `json:"delay_ms"`
+	QuietWindowMs   float64 `json:"quiet_window_ms"`
+	P99TargetMs     float64 `json:"p99_target_ms"`
+	MixedP99Ms      float64 `json:"mixed_p99_target_ms"`
+	KeepUp          float64 `json:"keep_up"`
 	// DynamicConfig is the dev server's: devserver.DynamicConfig, then -dynamic-config.
 	DynamicConfig []string `json:"dynamic_config"`
 	SQLitePragmas []string `json:"extra_sqlite_pragmas,omitempty"`
@@ -95,8 +100,22 @@ type summary struct {
 	SplitPass     *bool    `json:"split_pass,omitempty"`
 	BurstDrainS   *float64 `json:"burst_drain_seconds,omitempty"`
 	BurstLost     *int     `json:"burst_lost,omitempty"`
-	// MixedPass is the mixed phase's verdict (it is not a pipeline rate).
+	// MixedPass is the mixed phase's verdict at -rate (it is not a pipeline rate).
 	MixedPass *bool `json:"mixed_pass,omitempty"`
+	// Knee is the knee the overload, the burst and the mixed phase's further loads were
+	// judged against (the highest passing ladder step, else half of -overload-rate).
+	Knee *knee `json:"knee,omitempty"`
+	// OverloadPass is the overload phase's verdict: every must-show passed.
+	OverloadPass *bool `json:"overload_pass,omitempty"`
+	// MustShows counts the steps' must-show lines by verdict (A steps only).
+	MustShows *mustShowCount `json:"must_shows,omitempty"`
+}
+
+// mustShowCount counts must-show lines by verdict.
+type mustShowCount struct {
+	Pass int `json:"pass"`
+	Fail int `json:"fail"`
+	NA   int `json:"na"`
 }
 
 func newReport(c options) *report {
@@ -118,6 +137,7 @@ func newReport(c options) *report {
 			Engine: string(c.Engine),
 			Phases: c.Phases, Policy: c.Policy, Flags: c.Flags, Steps: c.Steps, StepSeconds: c.StepDuration.Seconds(),
 			Rate: c.Rate, Seconds: c.Duration.Seconds(), BurstRate: c.BurstRate, BurstSeconds: c.BurstDuration.Seconds(),
+			MixedKneeSeconds: c.MixedKneeDuration.Seconds(), OverloadRate: c.OverloadRate, OverloadSeconds: c.OverloadDuration.Seconds(),
 			DelayMs: ms(c.Delays.nominal()), QuietWindowMs: ms(c.QuietWindow), P99TargetMs: ms(c.P99Target), MixedP99Ms: ms(c.MixedP99Target), KeepUp: c.KeepUp,
 			DynamicConfig: append(slices.Clone(devserver.DynamicConfig), c.DynamicConfig...), SQLitePragmas: c.SQLitePragmas, ServiceEnv: c.ServiceEnv, ServiceLog: c.ServiceLogLevel,
 		},
@@ -156,8 +176,31 @@ func (r *report) finish(interrupted bool) {
 		case phaseBurst:
 			sum.BurstDrainS, sum.BurstLost = &s.DrainSeconds, &s.Lost
 		case phaseMixed:
-			sum.MixedPass = &s.Pass
+			if s.LoadRole == "" {
+				sum.MixedPass = &s.Pass
+			}
+		case phaseOverload:
+			sum.OverloadPass = &s.Pass
 		}
+		if strings.HasSuffix(s.Phase, "/B") {
+			continue
+		}
+		for _, m := range s.MustShow {
+			if sum.MustShows == nil {
+				sum.MustShows = &mustShowCount{}
+			}
+			switch {
+			case m.NA:
+				sum.MustShows.NA++
+			case m.Pass:
+				sum.MustShows.Pass++
+			default:
+				sum.MustShows.Fail++
+			}
+		}
+	}
+	if k := kneeOf(r.Steps, r.Settings.OverloadRate); k.Rate > 0 {
+		sum.Knee = &k
 	}
 	sum.CeilingCapped = ceilingSteps > 0 && allPassed && ceilingSteps == len(r.Settings.Steps)
 	if sum.CeilingRate > 0 && sum.PipelineRate > 0 {
@@ -197,7 +240,7 @@ func (r *report) printTable(w io.Writer) {
 			pass = "no: " + s.Why
 		}
 		row := fmt.Sprintf("%s\t%d\t%s\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t",
-			s.Phase, s.Rate, fmtF(s.Seconds), s.Sent, s.Completed, fmtF(s.Throughput),
+			s.label(), s.Rate, fmtF(s.Seconds), s.Sent, s.Completed, fmtF(s.Throughput),
 			fmtF(s.Lateness.P50), fmtF(s.Lateness.P99), fmtF(s.Lateness.Max), fmtF(s.DrainSeconds),
 			s.Lost, dupCell(s), cpuCell(s, "server"))
 		if db {
@@ -216,12 +259,19 @@ func (r *report) printTable(w io.Writer) {
 				s.PeakIngressBacklog, fmtF(s.ServedRate), fmtF(s.DrainSeconds))
 		}
 		if m := s.Mixed; m != nil && strings.HasPrefix(s.Phase, phaseMixed) {
-			fmt.Fprintf(w, "%s: %s\n", s.Phase, mixedLine(s, m))
+			fmt.Fprintf(w, "%s %d/s: %s\n", s.label(), s.Rate, mixedLine(s, m))
+		}
+		if o := s.Overload; o != nil {
+			fmt.Fprintln(w, overloadLine(s, o))
+			if o.Probe != nil {
+				fmt.Fprintln(w, probeLine(s.label(), o.Probe))
+			}
 		}
 		if s.BreakerOpens > 0 {
 			fmt.Fprintf(w, "%s %d/s: the circuit breakers opened %d times (retries they held are late on purpose)\n", s.Phase, s.Rate, s.BreakerOpens)
 		}
 	}
+	printMustShows(w, r.Steps)
 	sum := r.Summary
 	ceiling := fmt.Sprintf("%d/s", sum.CeilingRate)
 	if sum.CeilingCapped {
@@ -239,11 +289,28 @@ func (r *report) printTable(w io.Writer) {
 		ratio = fmt.Sprintf("%.2f", sum.Ratio)
 	}
 	fmt.Fprintf(w, "ceiling (bare engine): %s; pipeline: %s; ratio pipeline/ceiling: %s\n", ceiling, pipeline, ratio)
+	if k := sum.Knee; k != nil {
+		fmt.Fprintf(w, "knee (what the overload doubles and the burst, overload and mixed loads at the knee are judged against): %d/s (%s)\n", k.Rate, k.Source)
+	}
 	fmt.Fprintln(w, "others cores: CPU used meanwhile by everything else (broker included), in cores; above ~0.3 the run was noisy")
 	fmt.Fprintln(w, "wkr cpu: the bench process for ceiling rows (probe worker + starter), the service's processes for the others (split: bridge and worker apart, no eager start)")
 	fmt.Fprintln(w, "ev/wft/vis: history events, completed workflow tasks (from a sample of histories) and visibility writes (server metrics) per retry; db ops: the server's persistence requests per retry (idle work included)")
 	if slices.ContainsFunc(r.Steps, func(s step) bool { _, ok := s.CPU["db"]; return ok }) {
 		fmt.Fprintln(w, "db cpu: the PostgreSQL backends connected to the step's two databases (shared background processes count under others)")
+	}
+}
+
+// printMustShows writes every step's must-show lines, PASS, FAIL or N/A, after a heading.
+func printMustShows(w io.Writer, steps []step) {
+	heading := false
+	for _, s := range steps {
+		for _, m := range s.MustShow {
+			if !heading {
+				fmt.Fprintln(w, "must-show (judged here, not failing the run):")
+				heading = true
+			}
+			fmt.Fprintf(w, "  %-4s %s %d/s: %s: %s\n", m.verdict(), s.label(), s.Rate, m.What, m.Detail)
+		}
 	}
 }
 

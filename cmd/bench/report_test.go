@@ -33,7 +33,7 @@ func TestPrintTable(t *testing.T) {
 	assert.Contains(t, text, "ev/wft/vis /retry")
 	assert.Contains(t, text, "13/2/4")
 	assert.Contains(t, text, "no: lost")
-	assert.Contains(t, text, "mixed: 100 messages (65 delivered at once, 15 re-failed at once, 15 after the window, 5 exhausting); 140 retries")
+	assert.Contains(t, text, "mixed 50/s: 100 messages (65 delivered at once, 15 re-failed at once, 15 after the window, 5 exhausting); 140 retries")
 	assert.Contains(t, text, "first 40/120/200 ms (100)")
 	assert.NotNil(t, r.Summary.MixedPass)
 	assert.False(t, *r.Summary.MixedPass)
