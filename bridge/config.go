@@ -91,6 +91,25 @@ type Config struct {
 	// Breakers counts, for each accepted report of a retry (RetryCount >= 1) whose policy
 	// has a breaker, a failed republish towards its destination's breaker. Nil counts none.
 	Breakers BreakerCounter
+	// Intake paces what the bridge hands to Temporal (admission.Controller): the loop asks
+	// it before taking a new delivery and before reporting a deferred one that came due, never
+	// before reporting again a delivery held through an outage. A delivery not admitted stays
+	// in the broker (unacked within the prefetch, the rest ready). Every session of the bridge
+	// shares it. Nil admits everything.
+	Intake Intake
+}
+
+// Intake is admission control (admission.Controller is one). Safe for concurrent use.
+type Intake interface {
+	// Ready reports whether one more delivery may go to a handler now; when not, wait is how
+	// long until one may.
+	Ready() (ok bool, wait time.Duration)
+	// Take spends one admission, after Ready said yes. Loops that share the Intake may each
+	// take after one yes: the overdraft is paid from the next tokens.
+	Take()
+	// Give returns the admission of a delivery that made no report: one deferred to its first
+	// retry's due time, when it takes one again.
+	Give()
 }
 
 // BreakerCounter counts failed republishes per destination; breaker.Counter is one. Only

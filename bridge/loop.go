@@ -35,6 +35,9 @@ type entry struct {
 	due time.Time
 	// mayWait is set when the loop has room for one more waiting delivery.
 	mayWait bool
+	// admitted is set while the entry holds an admission of Config.Intake: from its take
+	// until it waits out its first delay (given back then, taken again when due).
+	admitted bool
 	// spanCtx and span are the delivery's span while it waits (see session.process).
 	spanCtx context.Context
 	span    trace.Span
@@ -94,6 +97,11 @@ type loop struct {
 	// wakes counts the wake-up's firings. A due entry that finds every handler busy must not
 	// set another: a timer already past fires at once, and the loop would spin on it.
 	wakes atomic.Int64
+	// admit fires when Config.Intake, which refused, may admit again; admits counts its
+	// firings. While it is set the loop neither takes nor spins: it waits for it, a result,
+	// a due entry or the end.
+	admit  *time.Timer
+	admits atomic.Int64
 	// probeDelay is the next wait before a probe; it doubles up to MaxBackoff.
 	probeDelay           time.Duration
 	probe                *time.Timer
@@ -109,6 +117,9 @@ func (l *loop) run(ctx context.Context) error {
 		if l.wake != nil {
 			l.wake.Stop()
 		}
+		if l.admit != nil {
+			l.admit.Stop()
+		}
 	}()
 	if err := l.consume(); err != nil {
 		s.retire()
@@ -118,15 +129,18 @@ func (l *loop) run(ctx context.Context) error {
 		l.dispatchPaused()
 		l.dispatchDue()
 		var take <-chan amqp.Delivery
-		if l.mode == running && len(l.paused) == 0 && l.inflight < b.cfg.Workers {
+		if l.mode == running && len(l.paused) == 0 && l.inflight < b.cfg.Workers && l.admissible() {
 			take = l.deliveries
 		}
-		var probe, wake <-chan time.Time
+		var probe, wake, admit <-chan time.Time
 		if l.probe != nil {
 			probe = l.probe.C
 		}
 		if l.wake != nil {
 			wake = l.wake.C
+		}
+		if l.admit != nil {
+			admit = l.admit.C
 		}
 		select {
 		case <-ctx.Done():
@@ -140,10 +154,15 @@ func (l *loop) run(ctx context.Context) error {
 				l.deliveries = nil
 				return l.lost(errors.New("consumer cancelled by the broker"))
 			}
-			l.dispatch(&entry{d: d})
+			e := &entry{d: d}
+			l.takeAdmission(e)
+			l.dispatch(e)
 		case <-wake:
 			l.wake = nil
 			l.wakes.Add(1)
+		case <-admit:
+			l.admit = nil
+			l.admits.Add(1)
 		case r := <-s.results:
 			l.inflight--
 			l.onResult(r)
@@ -179,19 +198,45 @@ func (l *loop) dispatchPaused() {
 }
 
 // dispatchDue hands the waiting entries whose first delay is over to handlers, as workers
-// allow, while running, and sets the wake-up for the next one.
+// and the intake allow, while running, and sets the wake-up for the next one.
 func (l *loop) dispatchDue() {
 	if l.mode != running {
 		return
 	}
 	now := time.Now()
-	for l.waiting.Len() > 0 && l.inflight < l.s.b.cfg.Workers && !l.waiting.next().due.After(now) {
-		l.dispatch(l.waiting.pop())
+	for l.waiting.Len() > 0 && l.inflight < l.s.b.cfg.Workers && !l.waiting.next().due.After(now) && l.admissible() {
+		e := l.waiting.pop()
+		l.takeAdmission(e)
+		l.dispatch(e)
 	}
 	// A due entry that found every handler busy waits for a handler's result, which wakes
 	// the loop anyway: a timer already past would only spin it.
 	if l.wake == nil && l.waiting.Len() > 0 && l.waiting.next().due.After(now) {
 		l.wake = time.NewTimer(l.waiting.next().due.Sub(now))
+	}
+}
+
+// admissible reports whether Config.Intake admits one more delivery now. When it does not,
+// the admit timer is set for when it will, so that the loop waits rather than spins; what is
+// not admitted stays where it is (the broker's, the consumer's buffer, the waiting queue).
+func (l *loop) admissible() bool {
+	in := l.s.b.cfg.Intake
+	if in == nil {
+		return true
+	}
+	ok, wait := in.Ready()
+	if !ok && l.admit == nil {
+		// At least a millisecond: a timer already past would spin the loop.
+		l.admit = time.NewTimer(max(wait, time.Millisecond))
+	}
+	return ok
+}
+
+// takeAdmission spends an admission of Config.Intake for e, after admissible said yes.
+func (l *loop) takeAdmission(e *entry) {
+	if in := l.s.b.cfg.Intake; in != nil {
+		in.Take()
+		e.admitted = true
 	}
 }
 
@@ -209,6 +254,11 @@ func (l *loop) onResult(r result) {
 	b := l.s.b
 	switch r.outcome {
 	case outcomeWaiting:
+		if r.wait.admitted {
+			// No report yet: the admission is taken again when the entry is due.
+			b.cfg.Intake.Give()
+			r.wait.admitted = false
+		}
 		l.waiting.push(r.wait)
 		if l.wake != nil && l.waiting.next() == r.wait {
 			// The new entry is due first: dispatchDue sets the wake-up for it.

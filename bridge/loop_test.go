@@ -3,6 +3,7 @@ package bridge
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -434,4 +435,158 @@ func TestLoopDueEntryWithEveryHandlerBusyDoesNotSpin(t *testing.T) {
 		assert.Equal(t, "ack", next(t, s, "settlement"))
 	}
 	assert.Equal(t, int64(1), r.l.wakes.Load())
+}
+
+// fakeIntake admits as many deliveries as the test grants. Each refusal is announced on
+// refused and asks the loop to look again in a millisecond.
+type fakeIntake struct {
+	refused chan struct{}
+	gave    chan struct{}
+
+	mu                   sync.Mutex
+	tokens, taken, given int
+	// keepGiven keeps a given admission from being taken again: another session spent it.
+	keepGiven bool
+}
+
+func newFakeIntake() *fakeIntake {
+	return &fakeIntake{refused: make(chan struct{}, 1), gave: make(chan struct{}, 16)}
+}
+
+func (f *fakeIntake) Ready() (bool, time.Duration) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.tokens > 0 {
+		return true, 0
+	}
+	select {
+	case f.refused <- struct{}{}:
+	default:
+	}
+	return false, time.Millisecond
+}
+
+func (f *fakeIntake) Take() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.tokens--
+	f.taken++
+}
+
+func (f *fakeIntake) Give() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if !f.keepGiven {
+		f.tokens++
+	}
+	f.given++
+	f.gave <- struct{}{}
+}
+
+// grant admits n more, and forgets the refusals before: the next one comes once they are
+// taken.
+func (f *fakeIntake) grant(n int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.tokens += n
+	select {
+	case <-f.refused:
+	default:
+	}
+}
+
+func (f *fakeIntake) counts() (taken, given int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.taken, f.given
+}
+
+// The intake admits none, then three of five deliveries: exactly three are taken, reported
+// and acked; the other two stay in the consumer's buffer, unsettled, and are requeued at
+// shutdown, never dropped.
+func TestLoopTakesOnlyWhatTheIntakeAdmits(t *testing.T) {
+	in := newFakeIntake()
+	rep := newGateReporter()
+	r := startLoop(t, Config{Intake: in}, rep, newFakeChannel())
+	settled := make([]settleSignal, 5)
+	for i := range settled {
+		settled[i] = make(settleSignal, 1)
+		r.ch.deliveries <- delivery(t, fmt.Sprintf("m-%d", i+1), settled[i])
+	}
+
+	next(t, in.refused, "a refusal")
+	taken, _ := in.counts()
+	assert.Zero(t, taken)
+	assert.Len(t, r.ch.deliveries, 5, "nothing taken while the intake admits none")
+
+	in.grant(3)
+
+	// The next refusal comes once the three are spent: the loop asked again and stopped.
+	next(t, in.refused, "the refusal after three admissions")
+	taken, _ = in.counts()
+	assert.Equal(t, 3, taken)
+	assert.Len(t, r.ch.deliveries, 2, "two stay in the consumer's buffer")
+	for i := range 3 {
+		assert.Equal(t, "ack", next(t, settled[i], fmt.Sprintf("settlement of m-%d", i+1)))
+	}
+	assert.ElementsMatch(t, []string{"m-1", "m-2", "m-3"}, rep.reports())
+	assert.Empty(t, settled[3])
+	assert.Empty(t, settled[4])
+	assert.Positive(t, r.l.admits.Load(), "the loop waited on its admit timer")
+	assert.True(t, r.b.Ready(), "a limited intake is not an outage")
+
+	r.cancel()
+	assert.Equal(t, "requeue", next(t, settled[3], "settlement of m-4"))
+	assert.Equal(t, "requeue", next(t, settled[4], "settlement of m-5"))
+	require.NoError(t, r.wait(t))
+	assert.Equal(t, 3.0, outcomes(r.m, OutcomeAccepted))
+}
+
+// A deferred delivery gives its admission back while it waits and takes one again when due:
+// its report waits for the intake as a new delivery does.
+func TestLoopAsksTheIntakeBeforeADeferredReport(t *testing.T) {
+	in := newFakeIntake()
+	in.keepGiven = true
+	in.grant(1)
+	rep := newGateReporter()
+	cfg := Config{Intake: in, Workers: 2, Prefetch: 16, Defer: func(message.FailureReport) time.Duration { return time.Millisecond }}
+	r := startLoop(t, cfg, rep, newFakeChannel())
+	settled := make(settleSignal, 1)
+	r.ch.deliveries <- delivery(t, "m-1", settled)
+
+	next(t, in.gave, "the admission given back while m-1 waits")
+	next(t, in.refused, "a refusal")
+	taken, given := in.counts()
+	assert.Equal(t, 1, taken)
+	assert.Equal(t, 1, given)
+	assert.Empty(t, rep.entered, "not reported without an admission")
+
+	in.grant(1)
+
+	assert.Equal(t, "m-1", next(t, rep.entered, "the deferred report"))
+	assert.Equal(t, "ack", next(t, settled, "settlement"))
+	taken, given = in.counts()
+	assert.Equal(t, 2, taken, "taken when received and again when due")
+	assert.Equal(t, 1, given)
+}
+
+// Deliveries held through an outage are reported again without asking the intake: outage
+// handling is not admission.
+func TestLoopReportsHeldDeliveriesWithoutTheIntake(t *testing.T) {
+	in := newFakeIntake()
+	in.grant(1)
+	rep := newGateReporter()
+	// The report and the first probe fail; the second probe goes through.
+	rep.failFirst(2, temporalDown)
+	r := startLoop(t, Config{Intake: in}, rep, newFakeChannel())
+	settled := make(settleSignal, 1)
+	r.ch.deliveries <- delivery(t, "m-1", settled)
+
+	for _, what := range []string{"report", "first probe", "second probe"} {
+		require.Equal(t, "m-1", next(t, rep.entered, what))
+	}
+
+	assert.Equal(t, "ack", next(t, settled, "settlement"))
+	taken, _ := in.counts()
+	assert.Equal(t, 1, taken, "one admission, when received")
 }

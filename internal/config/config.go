@@ -23,6 +23,7 @@ import (
 	"go.temporal.io/sdk/client"
 
 	"github.com/retry-scheduler/retry-scheduler/bridge"
+	"github.com/retry-scheduler/retry-scheduler/internal/admission"
 	"github.com/retry-scheduler/retry-scheduler/internal/breaker"
 	"github.com/retry-scheduler/retry-scheduler/internal/broker"
 	"github.com/retry-scheduler/retry-scheduler/internal/buildinfo"
@@ -157,6 +158,19 @@ type Config struct {
 	// and BridgeMemoryBudget. Env BRIDGE_DEFER_MAX, flag -bridge-defer-max. Defaults to
 	// DefaultBridgeDeferMax; 0 never defers. Older name BRIDGE_HOLD_MAX, still read.
 	BridgeDeferMax time.Duration
+	// IntakeLagBound is the engine lag past which the bridge limits its intake (admission
+	// control, internal/admission): the larger of the age of the oldest task waiting in the
+	// task queue and the p90 of the bridge's report latency. The backlog then waits in
+	// RabbitMQ rather than in Temporal. Env INTAKE_LAG_BOUND, flag -intake-lag-bound.
+	// Defaults to admission.DefaultBound; 0 never limits (the lag is still measured).
+	IntakeLagBound time.Duration
+	// IntakeMinRate is the floor of the intake limit, in deliveries a second. Env
+	// INTAKE_MIN_RATE, flag -intake-min-rate. Defaults to admission.DefaultMinRate.
+	IntakeMinRate float64
+	// IntakeLagInterval is how often the bridge reads the engine lag (two DescribeTaskQueue
+	// calls) and adjusts its limit. Env INTAKE_LAG_INTERVAL, flag -intake-lag-interval.
+	// Defaults to admission.DefaultInterval.
+	IntakeLagInterval time.Duration
 	// WorkerStopTimeout is how long a stopping worker lets activities finish; it must
 	// exceed PublishTimeout. Env WORKER_STOP_TIMEOUT, flag -worker-stop-timeout.
 	// Defaults to worker.DefaultStopTimeout.
@@ -356,6 +370,9 @@ func Default() Config {
 		WorkerStopTimeout:  worker.DefaultStopTimeout,
 		StartDelayMax:      DefaultStartDelayMax,
 		BridgeDeferMax:     DefaultBridgeDeferMax,
+		IntakeLagBound:     admission.DefaultBound,
+		IntakeMinRate:      admission.DefaultMinRate,
+		IntakeLagInterval:  admission.DefaultInterval,
 		Retention:          workflows.DefaultRetention,
 		ServiceName:        DefaultServiceName,
 		ServiceVersion:     DefaultServiceVersion,

@@ -105,6 +105,9 @@ func (c *Config) settings() []setting {
 		{"BRIDGE_WORKERS", "deliveries the bridge handles at once", (*integer)(&c.BridgeWorkers)},
 		{"PUBLISH_TIMEOUT", "deadline of one publish and its confirm", (*duration)(&c.PublishTimeout)},
 		{"BRIDGE_DEFER_MAX", "longest first retry delay the bridge defers a new report for, keeping its delivery unacked, before the run starts and republishes at once (0: never)", (*duration)(&c.BridgeDeferMax)},
+		{"INTAKE_LAG_BOUND", "engine lag (oldest task waiting in the task queue, or the p90 of the bridge's report latency) past which the bridge limits its intake, leaving the backlog in RabbitMQ (0: never limits)", (*duration)(&c.IntakeLagBound)},
+		{"INTAKE_MIN_RATE", "floor of the bridge's intake limit, in deliveries a second", (*number)(&c.IntakeMinRate)},
+		{"INTAKE_LAG_INTERVAL", "how often the bridge reads the engine lag and adjusts its intake limit", (*duration)(&c.IntakeLagInterval)},
 		{"START_DELAY_MAX", "longest first retry delay waited as the workflow's start delay (0: never)", (*duration)(&c.StartDelayMax)},
 		{"WORKER_STOP_TIMEOUT", "grace for activities when a worker stops (> PUBLISH_TIMEOUT)", (*duration)(&c.WorkerStopTimeout)},
 		{"DEAD_LETTER_RETENTION", "how long a dead message waits for an operator", (*duration)(&c.Retention)},
@@ -158,6 +161,20 @@ func (n *integer) Set(v string) error {
 }
 
 func (n *integer) String() string { return strconv.Itoa(int(*n)) }
+
+// number is a decimal setting.
+type number float64
+
+func (n *number) Set(v string) error {
+	f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+	if err != nil || math.IsNaN(f) || math.IsInf(f, 0) {
+		return fmt.Errorf("%q is not a number", v)
+	}
+	*n = number(f)
+	return nil
+}
+
+func (n *number) String() string { return strconv.FormatFloat(float64(*n), 'g', -1, 64) }
 
 // duration is a duration setting in ParseDuration's grammar, from the flag and the environment.
 type duration time.Duration

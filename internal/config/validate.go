@@ -111,6 +111,9 @@ func (c Config) validateAddresses(p *problems) {
 	}
 }
 
+// minIntakeLagInterval keeps the lag readings of many bridges from loading the frontend.
+const minIntakeLagInterval = 100 * time.Millisecond
+
 // validateBridge checks the bridge's bounds: message and memory sizes, workers, the first-delay levers.
 func (c Config) validateBridge(p *problems) {
 	if c.MaxMessageBytes < 1 || c.MaxMessageBytes > MaxMessageBytesLimit {
@@ -136,6 +139,15 @@ func (c Config) validateBridge(p *problems) {
 	}
 	if c.StartDelayMax < 0 {
 		p.add("START_DELAY_MAX (%s) must not be negative", c.StartDelayMax)
+	}
+	if c.IntakeLagBound < 0 {
+		p.add("INTAKE_LAG_BOUND (%s) must not be negative (0 never limits)", c.IntakeLagBound)
+	}
+	if c.IntakeMinRate <= 0 {
+		p.add("INTAKE_MIN_RATE (%g) must be above 0", c.IntakeMinRate)
+	}
+	if c.IntakeLagInterval < minIntakeLagInterval {
+		p.add("INTAKE_LAG_INTERVAL (%s) must be %s or more: each reading is two calls to Temporal", c.IntakeLagInterval, minIntakeLagInterval)
 	}
 }
 

@@ -40,6 +40,7 @@ func unitConfig(mode string) config.Config {
 	cfg.HTTPAddr = "127.0.0.1:0"
 	cfg.Breakers = config.BreakersOff
 	cfg.DepthPoller = config.Off
+	cfg.IntakeLagInterval = time.Hour
 	cfg.WorkerStopTimeout = time.Second
 	return cfg
 }

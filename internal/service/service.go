@@ -25,6 +25,7 @@ import (
 
 	"github.com/retry-scheduler/retry-scheduler/activities"
 	"github.com/retry-scheduler/retry-scheduler/bridge"
+	"github.com/retry-scheduler/retry-scheduler/internal/admission"
 	"github.com/retry-scheduler/retry-scheduler/internal/breaker"
 	"github.com/retry-scheduler/retry-scheduler/internal/broker"
 	"github.com/retry-scheduler/retry-scheduler/internal/config"
@@ -176,7 +177,9 @@ type process struct {
 	ctx context.Context
 	// counter counts for the destinations' circuit breakers; nil when breakers are off.
 	counter *breaker.Counter
-	fatal   *worker.Fatal
+	// intake is the bridge's admission control, where a bridge runs; served at GET /intake.
+	intake *admission.Controller
+	fatal  *worker.Fatal
 	// live checks fail only where a restart is the cure; checks are the readiness checks.
 	live, checks map[string]ops.Check
 }
@@ -319,8 +322,8 @@ func (p *process) endOnFatal() {
 	})
 }
 
-// startBridge starts the bridge on the ingress queue, reporting through Temporal; its
-// readiness is whether it consumes.
+// startBridge starts the bridge on the ingress queue, reporting through Temporal, with its
+// admission control; its readiness is whether it consumes.
 func (p *process) startBridge() {
 	cfg := p.cfg
 	var failures bridge.BreakerCounter // nil, not a nil *breaker.Counter, when breakers are off
@@ -328,6 +331,14 @@ func (p *process) startBridge() {
 		failures = p.counter
 	}
 	rep := &reporter.Reporter{Client: p.tc, TaskQueue: cfg.TaskQueue, Retention: cfg.Retention, Eager: p.runsWorker(), StartDelayMax: cfg.StartDelayMax, DeferMax: cfg.BridgeDeferMax}
+	// Every bridge reads the lag of the one task queue, so the bridges of a deployment slow
+	// down together, whether beside a worker (all) or alone.
+	p.intake = admission.New(admission.Config{
+		Service: admission.ServiceOf(p.tc), Namespace: cfg.Namespace, TaskQueue: cfg.TaskQueue,
+		Interval: cfg.IntakeLagInterval, Bound: cfg.IntakeLagBound, MinRate: cfg.IntakeMinRate,
+		Logger: p.logger.With("component", "admission"), Registerer: p.reg,
+	})
+	p.g.Go(func() error { return p.intake.Run(p.ctx) })
 	b := bridge.New(bridge.Config{
 		Queue:              cfg.RetryQueue,
 		DeadLetterQueue:    cfg.ManualReviewQueue,
@@ -342,6 +353,7 @@ func (p *process) startBridge() {
 		ServiceVersion:     cfg.ServiceVersion,
 		Breakers:           failures,
 		Defer:              rep.DeferFor,
+		Intake:             p.intake,
 		Decode: bridge.DecodeOptions{
 			MaxMessageBytes:        cfg.MaxMessageBytes,
 			Resolver:               p.catalog,
@@ -349,7 +361,7 @@ func (p *process) startBridge() {
 			// The guard the ops API's edits pass too: every queue of the scheduler's own.
 			Guard: p.catalog.Guard(cfg.RetryQueue, cfg.ManualReviewQueue, ownQueues(cfg)...),
 		},
-	}, func() (*amqp.Connection, error) { return broker.Dial(p.bcfg) }, rep, p.pub,
+	}, func() (*amqp.Connection, error) { return broker.Dial(p.bcfg) }, p.intake.TimeReports(rep), p.pub,
 		p.logger.With("component", "bridge"), bridge.NewMetrics(p.reg))
 	p.checks["bridge"] = func(context.Context) error {
 		if !b.Ready() {
@@ -397,6 +409,10 @@ func (p *process) serveHTTP(auth *ops.Auth) error {
 // CODEC_TOKEN are set.
 func (p *process) httpHandler(auth *ops.Auth) (*http.ServeMux, error) {
 	mux := ops.Handler(p.reg, p.live, p.checks)
+	if p.intake != nil {
+		// Beside /readyz, not in it: its body is each check's "ok" or error, read as such.
+		mux.Handle("GET /intake", p.intake)
+	}
 	if p.runsOps() {
 		catalog, err := p.policyCatalog()
 		if err != nil {
