@@ -54,6 +54,11 @@ type limiter struct {
 	// calm counts the periods in a row with low lag and demand under the limit.
 	calm      int
 	engagedAt time.Time
+	// lastLag is the previous period's lag: above the bound, the limit falls only while the
+	// lag is not falling. Backlog age answers a cut only once the older backlog is served,
+	// so cutting every period it stays high would drive the rate to the floor and leave the
+	// engine idle below its capacity.
+	lastLag time.Duration
 }
 
 func newLimiter(now func() time.Time, bound time.Duration, minRate float64, period time.Duration) *limiter {
@@ -94,6 +99,8 @@ func (l *limiter) update(lag time.Duration) decision {
 		d.intake = max(0, float64(l.taken)) / secs
 	}
 	l.windowStart, l.taken = now, 0
+	prevLag := l.lastLag
+	l.lastLag = lag
 	if l.bound <= 0 {
 		return d
 	}
@@ -110,6 +117,10 @@ func (l *limiter) update(lag time.Duration) decision {
 	}
 	was := l.rate
 	switch {
+	case lag > l.bound && lag < prevLag:
+		// Above the bound but falling: the last cut is working; hold.
+		l.calm = 0
+		d.step = stepHeld
 	case lag > l.bound:
 		l.calm = 0
 		l.setRate(now, max(l.minRate, l.rate*decreaseFactor))

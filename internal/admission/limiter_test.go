@@ -134,6 +134,25 @@ func TestLimiterDecreasesWhileTheLagStaysAboveTheBound(t *testing.T) {
 	}
 }
 
+func TestLimiterHoldsWhileTheLagIsAboveTheBoundButFalling(t *testing.T) {
+	c := newFakeClock()
+	l := newTestLimiter(c)
+	engage(t, c, l, 100) // 80/s
+	d := period(c, l, 0, lagHigh)
+	assert.Equal(t, stepDecreased, d.step)
+
+	// The backlog drains: the lag falls, still above the bound; the rate holds, it does not
+	// fall to the floor while the older backlog is served.
+	for i := range 5 {
+		d = period(c, l, 0, lagHigh-time.Duration(i+1)*time.Millisecond)
+		assert.Equal(t, stepHeld, d.step)
+		assert.InDelta(t, 64.0, d.rate, 1e-9)
+	}
+	// It grows again: the limit falls again.
+	d = period(c, l, 0, lagHigh)
+	assert.Equal(t, stepDecreased, d.step)
+}
+
 func TestLimiterIncreasesWhileTheLagIsBelowHalfTheBound(t *testing.T) {
 	c := newFakeClock()
 	l := newTestLimiter(c)
