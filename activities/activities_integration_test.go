@@ -88,8 +88,8 @@ func TestRepublishToRabbitMQ(t *testing.T) {
 	assert.True(t, msg.Properties.Timestamp.Equal(d.Timestamp))
 	assert.Equal(t, amqp.Table{
 		"tenant": "acme", "attempts-seen": int64(2), "ratio": 0.5, "nested": amqp.Table{"k": "v"},
-		"x-retry-count": int32(2), "x-retry-key": "m-1:2",
-	}, d.Headers, "allowed headers kept, denied ones dropped")
+		"x-retry-count": int32(2), "x-retry-key": "m-1:2", "x-retry-republished-at": testNow.UnixMilli(),
+	}, d.Headers, "allowed headers kept, denied ones dropped, the republish time an AMQP long")
 }
 
 func TestRepublishUnroutableOnRabbitMQ(t *testing.T) {

@@ -103,7 +103,8 @@ func TestRepublish(t *testing.T) {
 	assert.Equal(t, "replies", m.ReplyTo)
 	assert.Equal(t, uint8(4), m.Priority)
 	assert.True(t, in.Message.Properties.Timestamp.Equal(m.Timestamp))
-	assert.Equal(t, amqp.Table{"tenant": "acme", "count": int64(2), "x-retry-count": int32(2), "x-retry-key": "m-1:2"}, m.Headers)
+	assert.Equal(t, amqp.Table{"tenant": "acme", "count": int64(2), "x-retry-count": int32(2), "x-retry-key": "m-1:2",
+		"x-retry-republished-at": testNow.UnixMilli()}, m.Headers)
 
 	assert.Equal(t, 1.0, metricValue(t, reg, "retries_executed_total", "queue", "orders", "status", "success"))
 	assert.Equal(t, 1.0, metricValue(t, reg, "retry_lateness_seconds"), "one observation")

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -83,6 +84,37 @@ func TestRepublishReleasedOrClosedGoesOutAndCounts(t *testing.T) {
 			}
 		})
 	}
+}
+
+// datedCounter is a counter that takes the republish's date.
+type datedCounter struct {
+	counter
+	at []time.Time
+}
+
+func (c *datedCounter) RepublishedAt(queue string, settings policy.Breaker, at time.Time) {
+	c.Republished(queue, settings)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.at = append(c.at, at)
+}
+
+// A counter that dates what it counts gets the republish's confirm time, which the
+// x-retry-republished-at header also carries, for the failure reported back to be dated by.
+func TestRepublishIsCountedAtItsConfirm(t *testing.T) {
+	pub := &fakePublisher{}
+	acts, _ := newTestActivities(pub)
+	c := &datedCounter{}
+	acts.Counter = c
+	settings := policy.Breaker{Probes: 2}
+	_, get, err := run(t, acts, acts.Republish, RepublishInput{Message: testMessage(), Attempt: 1, Key: "m-1:1", Breaker: &settings})
+	require.NoError(t, err)
+	var res RepublishResult
+	get(&res)
+	assert.Equal(t, []counted{{"orders", settings}}, c.got)
+	assert.Equal(t, []time.Time{res.PublishedAt}, c.at, "dated by the confirm")
+	require.Len(t, pub.got, 1)
+	assert.Equal(t, testNow.UnixMilli(), pub.got[0].msg.Headers["x-retry-republished-at"])
 }
 
 func TestRepublishWithoutABreakerIgnoresTheGate(t *testing.T) {

@@ -3,6 +3,7 @@ package activities
 import (
 	"fmt"
 	"math"
+	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
@@ -10,9 +11,11 @@ import (
 )
 
 // republishHeaders builds the headers of a republish: the message's headers as
-// message.AMQPHeaders puts them on the wire (denied ones left out), plus x-retry-count and
-// x-retry-key. It fails when a value has no AMQP encoding.
-func republishHeaders(h map[string]any, attempt int, key string) (amqp.Table, error) {
+// message.AMQPHeaders puts them on the wire (denied ones left out), plus x-retry-count,
+// x-retry-key and x-retry-republished-at (at, in unix milliseconds), which a failure report
+// copies back to date the failure for the destination's breaker. It fails when a value has
+// no AMQP encoding.
+func republishHeaders(h map[string]any, attempt int, key string, at time.Time) (amqp.Table, error) {
 	if attempt < 0 || attempt > math.MaxInt32 {
 		return nil, fmt.Errorf("attempt %d out of range for %s", attempt, message.HeaderRetryCount)
 	}
@@ -22,5 +25,6 @@ func republishHeaders(h map[string]any, attempt int, key string) (amqp.Table, er
 	}
 	t[message.HeaderRetryCount] = int32(attempt)
 	t[message.HeaderRetryKey] = key
+	t[message.HeaderRetryRepublishedAt] = at.UnixMilli()
 	return t, nil
 }

@@ -4,11 +4,15 @@ import (
 	"encoding/json"
 	"math"
 	"testing"
+	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
+
+// stamp is the republish time of these tests' headers.
+var stamp = time.Date(2026, 3, 1, 12, 0, 0, 250e6, time.UTC)
 
 func TestRepublishHeadersFilters(t *testing.T) {
 	in := map[string]any{
@@ -19,13 +23,13 @@ func TestRepublishHeadersFilters(t *testing.T) {
 		"x-last-death-exchange": "dlx", "x-last-death-queue": "q", "X-Last-Death-Reason": "rejected",
 		"x-delay": 5000.0,
 		// Our own headers are replaced, not duplicated in another case.
-		"X-Retry-Count": 7.0, "x-retry-key": "old:7",
+		"X-Retry-Count": 7.0, "x-retry-key": "old:7", "X-Retry-Republished-At": 1.0,
 	}
-	got, err := republishHeaders(in, 3, "m-1:3")
+	got, err := republishHeaders(in, 3, "m-1:3", stamp)
 	require.NoError(t, err)
 	assert.Equal(t, amqp.Table{
 		"tenant": "acme", "X-Trace": "t-1",
-		"x-retry-count": int32(3), "x-retry-key": "m-1:3",
+		"x-retry-count": int32(3), "x-retry-key": "m-1:3", "x-retry-republished-at": stamp.UnixMilli(),
 	}, got)
 }
 
@@ -37,7 +41,7 @@ func TestRepublishHeadersConvertsJSONValues(t *testing.T) {
 		"ok": true, "nothing": null, "name": "x",
 		"list": [1, "a", 1.5, {"k": 2}], "obj": {"inner": {"n": 10}, "f": false}
 	}`), &in))
-	got, err := republishHeaders(in, 1, "k:1")
+	got, err := republishHeaders(in, 1, "k:1", stamp)
 	require.NoError(t, err)
 	assert.Equal(t, int64(3), got["count"])
 	assert.Equal(t, int64(9007199254740992), got["big"], "float64 precision, but an integer type")
@@ -56,15 +60,16 @@ func TestRepublishHeadersRejectsUnencodable(t *testing.T) {
 		"uint64 max": uint64(math.MaxUint64),
 		"nested":     map[string]any{"x": []any{complex(1, 2)}},
 	} {
-		_, err := republishHeaders(map[string]any{"h": v}, 1, "k:1")
+		_, err := republishHeaders(map[string]any{"h": v}, 1, "k:1", stamp)
 		assert.Error(t, err, name)
 	}
-	_, err := republishHeaders(nil, -1, "k")
+	_, err := republishHeaders(nil, -1, "k", stamp)
 	assert.Error(t, err)
 }
 
 func TestRepublishHeadersNil(t *testing.T) {
-	got, err := republishHeaders(nil, 1, "m:1")
+	got, err := republishHeaders(nil, 1, "m:1", stamp)
 	require.NoError(t, err)
-	assert.Equal(t, amqp.Table{"x-retry-count": int32(1), "x-retry-key": "m:1"}, got)
+	assert.Equal(t, amqp.Table{"x-retry-count": int32(1), "x-retry-key": "m:1", "x-retry-republished-at": int64(1772366400250)}, got,
+		"the republish time in unix milliseconds, an AMQP long")
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 	"go.opentelemetry.io/otel"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/retry-scheduler/retry-scheduler/internal/broker"
 	"github.com/retry-scheduler/retry-scheduler/internal/deadletter"
+	"github.com/retry-scheduler/retry-scheduler/internal/policy"
 	"github.com/retry-scheduler/retry-scheduler/internal/tracing"
 	"github.com/retry-scheduler/retry-scheduler/message"
 )
@@ -50,7 +52,10 @@ func (a *Activities) Republish(ctx context.Context, in RepublishInput) (res Repu
 		return RepublishResult{Held: true, HeldBy: mode}, nil
 	}
 
-	headers, err := republishHeaders(m.Headers, in.Attempt, in.Key)
+	// The stamp is taken before the publish, which the confirm may keep waiting: the breaker
+	// counts the republish at its confirm (publishedAt), and a failure reported for it at
+	// this stamp, in the same window bar a confirm that takes longer than a bucket.
+	headers, err := republishHeaders(m.Headers, in.Attempt, in.Key, a.now())
 	if err != nil {
 		a.Metrics.retryExecuted(m.OriginalQueue, StatusFailed)
 		log.Error("retry not republished", "outcome", "invalid-message", "error", err)
@@ -100,7 +105,11 @@ func (a *Activities) Republish(ctx context.Context, in RepublishInput) (res Repu
 
 	a.Metrics.retryExecuted(m.OriginalQueue, StatusSuccess)
 	if in.Breaker != nil && a.Counter != nil {
-		a.Counter.Republished(m.OriginalQueue, *in.Breaker)
+		if dated, ok := a.Counter.(DatedBreakerCounter); ok {
+			dated.RepublishedAt(m.OriginalQueue, *in.Breaker, publishedAt)
+		} else {
+			a.Counter.Republished(m.OriginalQueue, *in.Breaker)
+		}
 	}
 	if in.ScheduledAt.IsZero() {
 		log.Debug("retry republished", "outcome", StatusSuccess)
@@ -110,6 +119,15 @@ func (a *Activities) Republish(ctx context.Context, in RepublishInput) (res Repu
 		log.Debug("retry republished", "outcome", StatusSuccess, "lateness_ms", lateness.Milliseconds())
 	}
 	return RepublishResult{PublishedAt: publishedAt}, nil
+}
+
+// DatedBreakerCounter is a BreakerCounter that dates each republish (breaker.Counter is
+// one): by its confirm, so that the breaker places it in the window of the moment it went
+// out, beside the failures reported for it (dated by its x-retry-republished-at), however
+// late either reaches the breaker.
+type DatedBreakerCounter interface {
+	BreakerCounter
+	RepublishedAt(queue string, settings policy.Breaker, at time.Time)
 }
 
 // Span attributes of the scheduler's own, beside the messaging ones.

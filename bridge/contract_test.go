@@ -66,6 +66,7 @@ func TestRetryMessageRoundTrip(t *testing.T) {
 		ErrorType:           "java.io.IOException",
 		StackTrace:          "at Foo.bar(Foo.java:1)",
 		EventType:           "order.created",
+		RepublishedAtMs:     1767225590250,
 	}
 	body, err := json.Marshal(in)
 	require.NoError(t, err)
@@ -95,6 +96,7 @@ func TestRetryMessageRoundTrip(t *testing.T) {
 	assert.Equal(t, in.ServiceVersion, rep.ServiceVersion)
 	assert.Equal(t, in.ErrorType, rep.ErrorType)
 	assert.Equal(t, in.StackTrace, rep.StackTrace)
+	assert.Equal(t, time.UnixMilli(in.RepublishedAtMs).UTC(), rep.RepublishedAt)
 	assert.Empty(t, rep.Notes)
 }
 

@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"reflect"
 	"strings"
 	"time"
@@ -62,6 +63,7 @@ type retryMessageJSON struct {
 	ErrorType           string       `json:"error_type"`
 	StackTrace          string       `json:"stack_trace"`
 	EventType           string       `json:"event_type"`
+	RepublishedAtMs     *wholeNumber `json:"republished_at_ms"`
 }
 
 // wholeNumber is an integer field. JSON does not tell integers from floats, so a number with
@@ -294,6 +296,14 @@ func (w *retryMessageJSON) report() (message.FailureReport, *PoisonError) {
 	rep.Failure.Category = w.ErrorCategory
 	rep.Failure.ErrorCode = w.ErrorCode
 	rep.RetryKey = w.RetryKey
+	if ms, ok := w.RepublishedAtMs.value(); ok && ms != 0 {
+		// A date only the breaker reads: a bad one is dropped with a note, not poison.
+		if at, ok := republishedAtMs(ms); ok {
+			rep.RepublishedAt = at
+		} else {
+			rep.Notes = append(rep.Notes, fmt.Sprintf("republished_at_ms ignored: %d is not a date after the epoch", ms))
+		}
+	}
 	rep.Service = w.Service
 	rep.ServiceVersion = w.ServiceVersion
 	return rep, nil

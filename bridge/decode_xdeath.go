@@ -124,6 +124,13 @@ func decodeXDeath(d Delivery, opts DecodeOptions) (decoded, error) {
 	} else {
 		rep.RetryKey = key
 	}
+	if v, ok := header(d.Headers, message.HeaderRetryRepublishedAt); ok && v != nil {
+		if at, ok := republishedAt(v); ok {
+			rep.RepublishedAt = at
+		} else {
+			h.notes.Dropf("%s header ignored: %s is not a date (unix milliseconds or RFC 3339)", message.HeaderRetryRepublishedAt, describe(v))
+		}
+	}
 	rep.Service = h.str(message.HeaderService)
 	rep.ServiceVersion = h.str(message.HeaderServiceVersion)
 	h.notes.Notes = append(h.notes.Notes, setErrorDetail(&rep, h.str(message.HeaderErrorType), h.str(message.HeaderStackTrace))...)

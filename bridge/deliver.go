@@ -15,6 +15,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/retry-scheduler/retry-scheduler/internal/deadletter"
+	"github.com/retry-scheduler/retry-scheduler/internal/policy"
 	"github.com/retry-scheduler/retry-scheduler/internal/tracing"
 	"github.com/retry-scheduler/retry-scheduler/message"
 )
@@ -186,12 +187,27 @@ const tracerName = "github.com/retry-scheduler/retry-scheduler/bridge"
 
 // countBreakerFailure counts an accepted report of a failed retry towards its destination's
 // breaker. Counted once the delivery is acked, so a redelivery after a failed ack counts it
-// once, not twice.
+// once, not twice. A counter that dates what it counts gets the republish the report
+// answers (zero when the report does not say: dated at arrival).
 func (b *Bridge) countBreakerFailure(rep message.FailureReport) {
 	if b.cfg.Breakers == nil || rep.RetryCount < 1 || rep.Policy.Breaker.Disabled {
 		return
 	}
+	if dated, ok := b.cfg.Breakers.(DatedBreakerCounter); ok {
+		dated.FailedAt(rep.Message.OriginalQueue, rep.Policy.Breaker, rep.RepublishedAt)
+		return
+	}
 	b.cfg.Breakers.Failed(rep.Message.OriginalQueue, rep.Policy.Breaker)
+}
+
+// DatedBreakerCounter is a BreakerCounter that dates each failure by the republish it
+// answers (breaker.Counter is one): the breaker judges a failure that arrives late, behind
+// an ingress backlog or a Temporal that lags, against the republishes of its own window.
+// FailedAt takes a zero at for a report that does not say, and clamps a date from the
+// report, which a producer wrote.
+type DatedBreakerCounter interface {
+	BreakerCounter
+	FailedAt(queue string, settings policy.Breaker, at time.Time)
 }
 
 // reportFailure is what a failed report means; judge tells.

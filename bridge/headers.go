@@ -3,6 +3,7 @@ package bridge
 import (
 	"math"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -102,4 +103,40 @@ func finite(f float64) (float64, bool) {
 		return 0, false
 	}
 	return f, true
+}
+
+// republishedAt reads the date of the republish a report answers (x-retry-republished-at):
+// unix milliseconds as the scheduler stamps them (any AMQP integer, an integral float, a
+// decimal string: a consumer that copies headers may re-encode the long), or an RFC 3339
+// string or an AMQP timestamp from a producer that dates it its own way. False for anything
+// else and for a date not after the epoch; a date far off is the breaker counter's to clamp.
+func republishedAt(v any) (time.Time, bool) {
+	switch x := v.(type) {
+	case time.Time:
+		return positiveDate(x)
+	}
+	if ms, ok := headerInt(v); ok {
+		return republishedAtMs(ms)
+	}
+	if s, ok := headerString(v); ok {
+		if t, err := time.Parse(time.RFC3339Nano, strings.TrimSpace(s)); err == nil {
+			return positiveDate(t)
+		}
+	}
+	return time.Time{}, false
+}
+
+// republishedAtMs is the date of unix milliseconds ms; false when ms is not after the epoch.
+func republishedAtMs(ms int64) (time.Time, bool) {
+	if ms <= 0 {
+		return time.Time{}, false
+	}
+	return time.UnixMilli(ms).UTC(), true
+}
+
+func positiveDate(t time.Time) (time.Time, bool) {
+	if t.UnixMilli() <= 0 {
+		return time.Time{}, false
+	}
+	return t.UTC(), true
 }

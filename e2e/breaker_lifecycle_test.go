@@ -130,8 +130,9 @@ func (s *stack) failsFirstRepublish(queue string) *consumer {
 		n, _ := message.HeaderInt64(d.Headers["x-retry-count"])
 		if n < 2 {
 			key, _ := d.Headers["x-retry-key"].(string)
+			at, _ := message.HeaderInt64(d.Headers[message.HeaderRetryRepublishedAt])
 			_ = s.sendRetry(message.RetryMessage{MessageID: d.MessageId, OriginalPayload: d.Body, OriginalQueue: queue,
-				ErrorReason: "503 from downstream", HTTPStatus: 503, RetryCount: int(n), RetryKey: key})
+				ErrorReason: "503 from downstream", HTTPStatus: 503, RetryCount: int(n), RetryKey: key, RepublishedAtMs: at})
 		}
 		_ = d.Ack(false)
 	})

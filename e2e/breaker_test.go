@@ -69,7 +69,7 @@ type arrival struct {
 
 // destination is a consumer of a queue that fails a delivery while fails says so (it
 // reports the failure to the scheduler, as a service integrated with it does, with the
-// delivery's x-retry-count and x-retry-key, then acks) and takes it otherwise. It records
+// delivery's x-retry-count, x-retry-key and x-retry-republished-at, then acks) and takes it otherwise. It records
 // every arrival with its time.
 type destination struct {
 	*consumer
@@ -86,8 +86,10 @@ func (s *stack) destination(queue string, fails func(now time.Time) bool) *desti
 		dst.record(arrival{at: now, id: d.MessageId, count: n})
 		if fails(now) {
 			key, _ := d.Headers["x-retry-key"].(string)
+			at, _ := message.HeaderInt64(d.Headers[message.HeaderRetryRepublishedAt])
 			err := s.sendRetry(message.RetryMessage{MessageID: d.MessageId, OriginalPayload: d.Body, OriginalQueue: queue,
-				ErrorReason: fmt.Sprintf("503 from downstream #%d", n+1), HTTPStatus: 503, RetryCount: int(n), RetryKey: key})
+				ErrorReason: fmt.Sprintf("503 from downstream #%d", n+1), HTTPStatus: 503, RetryCount: int(n), RetryKey: key,
+				RepublishedAtMs: at})
 			dst.failed(err)
 		}
 		_ = d.Ack(false)

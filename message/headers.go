@@ -23,6 +23,11 @@ const (
 	// which retry failed.
 	HeaderRetryCount = "x-retry-count"
 	HeaderRetryKey   = "x-retry-key"
+	// HeaderRetryRepublishedAt is stamped on every republish too: when it went out, in unix
+	// milliseconds (an AMQP long). Reported back, it dates the failure for the destination's
+	// circuit breaker, which judges it against the republishes of that moment's window
+	// rather than those of the moment the report arrives.
+	HeaderRetryRepublishedAt = "x-retry-republished-at"
 
 	// HeaderDeath is RabbitMQ's dead-lettering history of a message; HeaderFirstDeathPrefix and
 	// HeaderLastDeathPrefix start its summaries (x-first-death-queue, x-last-death-reason, ...).
@@ -79,7 +84,7 @@ var (
 	deniedHeaders = []string{
 		HeaderCC, HeaderBCC,
 		HeaderDeath, HeaderDelay, HeaderUserID,
-		HeaderRetryCount, HeaderRetryKey,
+		HeaderRetryCount, HeaderRetryKey, HeaderRetryRepublishedAt,
 		HeaderStackTrace, HeaderHTTPStatus, HeaderRetryAfter,
 	}
 	deniedHeaderPrefixes = []string{HeaderFirstDeathPrefix, HeaderLastDeathPrefix, HeaderErrorPrefix}
@@ -94,8 +99,8 @@ var (
 //     x-last-death-* summaries (copied, they would confuse the next dead-lettering), x-delay
 //     (a delayed-message exchange would hold the retry back again), user-id (an identity
 //     claim is the publisher's connection's to make, never a copy's);
-//   - the scheduler's own x-retry-count and x-retry-key (each republish sets fresh ones; an
-//     older value in another spelling would contradict them);
+//   - the scheduler's own x-retry-count, x-retry-key and x-retry-republished-at (each
+//     republish sets fresh ones; an older value in another spelling would contradict them);
 //   - failure detail (x-error-*, x-stack-trace, x-http-status, x-retry-after): it describes
 //     one failure, not the message, and a retry that fails again reports its own.
 func HeaderDenied(name string) bool {

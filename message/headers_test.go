@@ -17,7 +17,7 @@ func TestHeaderDenied(t *testing.T) {
 	for _, name := range []string{
 		"CC", "cc", "BCC", "Bcc", "x-death", "X-Death", "x-delay", "user-id", "User-Id",
 		"x-first-death-queue", "x-first-death-anything", "X-Last-Death-Reason",
-		"x-retry-count", "X-Retry-Count", "x-retry-key",
+		"x-retry-count", "X-Retry-Count", "x-retry-key", "x-retry-republished-at", "X-Retry-Republished-At",
 		"x-error-reason", "X-Error-Foo", "x-error-", "x-stack-trace", "x-http-status", "x-retry-after",
 	} {
 		assert.True(t, HeaderDenied(name), name)

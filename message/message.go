@@ -84,6 +84,11 @@ type FailureReport struct {
 	ServiceVersion string `json:"service_version,omitempty"`
 	// ReportedAt is when the bridge received the report.
 	ReportedAt time.Time `json:"reported_at"`
+	// RepublishedAt is when the retry that failed was republished, as the report says (the
+	// x-retry-republished-at header, or republished_at_ms); zero when it does not. The
+	// bridge's alone: it dates the failure for the destination's breaker, which clamps it
+	// (breaker.Counter), and it is not sent to the workflow.
+	RepublishedAt time.Time `json:"-"`
 	// Redelivered says the broker had delivered this report before (the AMQP redelivered
 	// flag), and Digest identifies its bytes (the first 32 hex of the body's sha256): a report
 	// redelivered with the bytes of one a run already applied is that report again.

@@ -31,4 +31,7 @@ type RetryMessage struct {
 	ErrorType           string         `json:"error_type,omitempty"`
 	StackTrace          string         `json:"stack_trace,omitempty"`
 	EventType           string         `json:"event_type,omitempty"`
+	// RepublishedAtMs is the x-retry-republished-at header of the delivery that failed (unix
+	// milliseconds), 0 when it had none: it dates the failure for the destination's breaker.
+	RepublishedAtMs int64 `json:"republished_at_ms,omitempty"`
 }

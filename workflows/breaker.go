@@ -3,6 +3,7 @@ package workflows
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"go.temporal.io/sdk/temporal"
@@ -312,7 +313,13 @@ func (b *breakerRun) probeFailed(f ProbeFailure) {
 	b.open(fmt.Sprintf("%d of %d probes failed within the probe window", p.Failed, p.Released))
 }
 
-// count adds o to the current second's bucket and drops the buckets the window has passed.
+// count adds o to the window and drops the buckets the window has passed. Undated counts (a
+// process from before dated buckets, or a run from before changeDatedOutcomes, which counts
+// even dated signals so) go in the current second's bucket; dated ones in the bucket of their
+// date (a date ahead of the breaker's clock in the current one), so that a failure arriving
+// late is judged against the republishes of its own window. A dated bucket the window has
+// passed, or from before the last transition (which emptied the window: its failures answer
+// republishes no longer counted), is dropped.
 func (b *breakerRun) count(o BreakerOutcomes) {
 	now := workflow.Now(b.ctx)
 	since := now.Add(-b.st.Settings.Window)
@@ -323,13 +330,52 @@ func (b *breakerRun) count(o BreakerOutcomes) {
 		}
 	}
 	b.st.Window = kept
-	at := now.Truncate(time.Second)
-	if n := len(b.st.Window); n == 0 || !b.st.Window[n-1].At.Equal(at) {
-		b.st.Window = append(b.st.Window, BreakerBucket{At: at})
+	if !b.countsByDate() || len(o.Buckets) == 0 {
+		b.countAt(now, o.Republished, o.Failed)
+		return
 	}
-	last := &b.st.Window[len(b.st.Window)-1]
-	last.Republished += o.Republished
-	last.Failed += o.Failed
+	for _, bk := range o.Buckets {
+		at := bk.At
+		if at.After(now) {
+			at = now
+		}
+		if !at.Truncate(time.Second).After(since) || b.beforeLastTransition(at) {
+			continue
+		}
+		b.countAt(at, bk.Republished, bk.Failed)
+	}
+}
+
+// countsByDate says whether this run places dated outcomes by their dates.
+func (b *breakerRun) countsByDate() bool {
+	return workflow.GetVersion(b.ctx, changeDatedOutcomes, workflow.DefaultVersion, 1) != workflow.DefaultVersion
+}
+
+// refusedDetail starts the detail of a refused action's event, which is no transition.
+const refusedDetail = "refused: "
+
+// beforeLastTransition says whether at is before the breaker last changed state, which
+// emptied its window. A transition dates Since and its event alike; a breaker with no such
+// event never changed state (a refused action is an event too, dated when refused) and counts
+// from a window back: its first report counts what went out before the report started it.
+func (b *breakerRun) beforeLastTransition(at time.Time) bool {
+	return at.Before(b.st.Since) && slices.ContainsFunc(b.st.Events, func(e BreakerEvent) bool {
+		return e.To == b.st.Mode && e.At.Equal(b.st.Since) && !strings.HasPrefix(e.Detail, refusedDetail)
+	})
+}
+
+// countAt adds counts to the bucket of at's second, keeping the window in order.
+func (b *breakerRun) countAt(at time.Time, republished, failed int) {
+	if republished == 0 && failed == 0 {
+		return
+	}
+	at = at.Truncate(time.Second)
+	i, found := slices.BinarySearchFunc(b.st.Window, at, func(bk BreakerBucket, t time.Time) int { return bk.At.Compare(t) })
+	if !found {
+		b.st.Window = slices.Insert(b.st.Window, i, BreakerBucket{At: at})
+	}
+	b.st.Window[i].Republished += republished
+	b.st.Window[i].Failed += failed
 }
 
 // trips says whether the window's counts open the breaker, with the counts.
@@ -532,7 +578,7 @@ func (b *breakerRun) answer(req *breakerActionRequest) {
 func (b *breakerRun) act(signal string, a OperatorAction) string {
 	if why := BreakerActionRefusal(signal, b.st.Mode); why != "" {
 		workflow.GetLogger(b.ctx).Info("breaker action refused", "queue", b.st.Queue, "action", signal, "actor", a.Actor, "why", why)
-		b.st.Events = append(b.st.Events, BreakerEvent{At: workflow.Now(b.ctx), To: b.st.Mode, Actor: a.Actor, Detail: "refused: " + why})
+		b.st.Events = append(b.st.Events, BreakerEvent{At: workflow.Now(b.ctx), To: b.st.Mode, Actor: a.Actor, Detail: refusedDetail + why})
 		return why
 	}
 	if signal == SignalBreakerPause {

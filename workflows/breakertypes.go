@@ -69,8 +69,16 @@ type BreakerInput struct {
 
 // BreakerOutcomes is one process's count for one destination since its last report.
 type BreakerOutcomes struct {
+	// Republished and Failed are the totals: of Buckets when there are any. A breaker counts
+	// them at the signal's arrival when the signal has no Buckets (a process from before
+	// them) or the run predates them (changeDatedOutcomes).
 	Republished int `json:"republished"`
 	Failed      int `json:"failed"`
+	// Buckets are the same counts by date, oldest first: each bucket's At is the latest
+	// outcome it counts, a republish dated by its confirm and a failure by the republish it
+	// answers. The breaker places each in its window by that date, and drops those older
+	// than the window.
+	Buckets []BreakerBucket `json:"buckets,omitempty"`
 	// Settings are the reporting message's policy's breaker settings; the breaker takes the
 	// latest.
 	Settings policy.Breaker `json:"settings"`
@@ -99,7 +107,9 @@ type BreakerState struct {
 	Settings policy.Breaker `json:"settings"`
 	// Opens counts openings since the breaker last closed: the cooldown doubles with each.
 	Opens int `json:"opens"`
-	// Window holds the counts of the last Settings.Window, one bucket a second.
+	// Window holds the counts of the last Settings.Window, one bucket a second, oldest
+	// first: dated by when the outcomes happened (BreakerOutcomes.Buckets), or by their
+	// report's arrival for a report without dates.
 	Window []BreakerBucket `json:"window,omitempty"`
 	// LastProbe is the latest half-open probe, when there was one.
 	LastProbe *BreakerProbe `json:"last_probe,omitempty"`
@@ -116,7 +126,8 @@ type BreakerState struct {
 	Events []BreakerEvent `json:"events,omitempty"`
 }
 
-// BreakerBucket is one second's counts.
+// BreakerBucket is one span's counts: a second's in a breaker's window, a flush interval's
+// in a report.
 type BreakerBucket struct {
 	At          time.Time `json:"at"`
 	Republished int       `json:"republished"`

@@ -73,6 +73,11 @@ const (
 	// no run ID) schedules no look-up of one (trustsNoEarlierRun); runs from before it
 	// looked through visibility, as for any report that continues a count.
 	changeNoEarlierRun = "no-look-up-when-bridge-found-no-earlier-run"
+	// BreakerWorkflow places the dated buckets of an outcomes signal in its window by their
+	// dates (BreakerOutcomes.Buckets), dropping those older than the window or than its last
+	// transition; runs from before it counted every signal's totals in the second it
+	// arrived, so a failure that arrived late was judged against another window's republishes.
+	changeDatedOutcomes = "breaker-counts-outcomes-by-date"
 )
 
 // The release plan of the gates outside every revision, so that none costs runs longer than
@@ -80,8 +85,9 @@ const (
 // release after the one that brought them, once every worker runs their gates. Neither is on
 // the default path (a retry no breaker holds): until then a held retry records a marker per
 // gate it reaches, a default retry none, which is the revision a new install runs and the
-// bench measures. BreakerWorkflow's gates (changeIdleEnd, changeHalfOpenJudgesProbes) stay
-// outside revisions: a breaker is a long run per destination and records each marker once a run.
+// bench measures. BreakerWorkflow's gates (changeIdleEnd, changeHalfOpenJudgesProbes,
+// changeDatedOutcomes) stay outside revisions: a breaker is a long run per destination and
+// records each marker once a run.
 //
 // changeNoEarlierRun joins revision 3 on the same terms: it too is off the default path,
 // asked only of a report that continues a count and on which the bridge found no earlier

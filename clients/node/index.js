@@ -25,7 +25,7 @@ const MAX_RETRY_COUNT = 10000;
 
 // Headers that never travel with a retry: the scheduler's own (each republish sets fresh
 // ones), the broker's dead-lettering history, routing extras and one failure's detail.
-const DENIED_HEADERS = new Set(['cc', 'bcc', 'x-death', 'x-delay', 'user-id', 'x-retry-count', 'x-retry-key', 'x-stack-trace', 'x-http-status', 'x-retry-after']);
+const DENIED_HEADERS = new Set(['cc', 'bcc', 'x-death', 'x-delay', 'user-id', 'x-retry-count', 'x-retry-key', 'x-retry-republished-at', 'x-stack-trace', 'x-http-status', 'x-retry-after']);
 const DENIED_PREFIXES = ['x-first-death-', 'x-last-death-', 'x-error-'];
 
 function headerDenied(name) {
@@ -165,6 +165,18 @@ function retryKey(headers) {
   return Buffer.isBuffer(v) ? v.toString('utf8') : '';
 }
 
+// republishedAtMs is when the scheduler republished the retry that failed (its
+// x-retry-republished-at, unix milliseconds): it dates the failure for the destination's
+// circuit breaker. Undefined when absent or not a date: the scheduler then dates the report
+// at its arrival.
+function republishedAtMs(headers) {
+  let v = header(headers, 'x-retry-republished-at');
+  if (typeof v === 'bigint') v = Number(v);
+  if (Buffer.isBuffer(v)) v = v.toString('utf8');
+  if (typeof v === 'string') v = /^\s*\d+\s*$/.test(v) ? Number(v) : Date.parse(v);
+  return Number.isSafeInteger(v) && v > 0 ? v : undefined;
+}
+
 /**
  * Builds the RetryMessage (the scheduler's JSON contract) for the delivery msg, consumed from
  * queue, that failed with error.
@@ -189,6 +201,7 @@ function buildRetryMessage(msg, queue, error, options = {}) {
     correlation_id: props.correlationId,
     event_type: props.type,
     retry_key: retryKey(props.headers),
+    republished_at_ms: republishedAtMs(props.headers),
     service: options.service,
     service_version: options.serviceVersion,
     policy: options.policy,

@@ -30,6 +30,9 @@ type CounterConfig struct {
 	Timeout time.Duration
 	// Logger logs failed reports. Nil discards them.
 	Logger *slog.Logger
+	// Now is the clock outcomes are dated by when their caller gives no date. Defaults to
+	// time.Now.
+	Now func() time.Time
 }
 
 // DefaultFlushTimeout bounds one flush: a Temporal that does not answer delays the next
@@ -39,23 +42,32 @@ const DefaultFlushTimeout = 5 * time.Second
 // flushConcurrency bounds the signals one flush has in flight: one per destination.
 const flushConcurrency = 8
 
-// Counter aggregates the outcomes breakers judge by, per destination, and reports them in
-// one signal per destination and flush (SignalWithStart of SignalBreakerOutcomes, which
-// starts a destination's breaker on its first report). Counting takes a lock and a map
-// update, so it costs a retry nothing measurable. Counts a failed report could not deliver
-// are kept for the next flush. Safe for concurrent use.
+// Counter aggregates the outcomes breakers judge by, per destination and date, and reports
+// them in one signal per destination and flush (SignalWithStart of SignalBreakerOutcomes,
+// which starts a destination's breaker on its first report). Each outcome is dated by when
+// it happened, not when it is counted: a republish by its confirm, a failure by the
+// republish it answers (the report's x-retry-republished-at). The counts go out in dated
+// buckets (BreakerOutcomes.Buckets), which the breaker places in its window by date, so a
+// failure that reaches it late, behind an ingress backlog or a lagging Temporal, is judged
+// against the republishes of its own moment. Counting takes a lock and a map update, so it
+// costs a retry nothing measurable. Counts a failed report could not deliver are kept for
+// the next flush, as long as they are within their breaker's window. Safe for concurrent use.
 type Counter struct {
 	cfg CounterConfig
 	log *slog.Logger
+	// width is the span of one bucket: the flush interval, and no less than the second
+	// the breaker's own buckets span (finer ones would only lengthen the signal).
+	width time.Duration
 
 	mu      sync.Mutex
 	pending map[string]pending
 }
 
-// pending is one destination's counts since its last report, with the latest settings.
+// pending is one destination's counts since its last report, by bucket (its start in unix
+// nanoseconds), with the latest settings.
 type pending struct {
-	republished, failed int
-	settings            policy.Breaker
+	buckets  map[int64]workflows.BreakerBucket
+	settings policy.Breaker
 }
 
 // NewCounter returns a Counter; Run it to flush.
@@ -66,26 +78,76 @@ func NewCounter(cfg CounterConfig) *Counter {
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = DefaultFlushTimeout
 	}
-	return &Counter{cfg: cfg, log: orDiscard(cfg.Logger), pending: map[string]pending{}}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	return &Counter{cfg: cfg, log: orDiscard(cfg.Logger), width: max(cfg.Interval, time.Second), pending: map[string]pending{}}
 }
 
-// Republished counts a confirmed republish to queue (activities.BreakerCounter).
-func (c *Counter) Republished(queue string, settings policy.Breaker) { c.add(queue, settings, 1, 0) }
+// Republished counts a confirmed republish to queue, dated now (activities.BreakerCounter).
+func (c *Counter) Republished(queue string, settings policy.Breaker) {
+	c.add(queue, settings, time.Time{}, 1, 0)
+}
 
-// Failed counts a failure report of a retry that was republished to queue (the bridge).
-func (c *Counter) Failed(queue string, settings policy.Breaker) { c.add(queue, settings, 0, 1) }
+// RepublishedAt counts a republish to queue confirmed at at (activities.DatedBreakerCounter).
+func (c *Counter) RepublishedAt(queue string, settings policy.Breaker, at time.Time) {
+	c.add(queue, settings, at, 1, 0)
+}
 
-func (c *Counter) add(queue string, settings policy.Breaker, republished, failed int) {
+// Failed counts a failure report of a retry that was republished to queue, dated now: a
+// report that does not say which republish it answers.
+func (c *Counter) Failed(queue string, settings policy.Breaker) {
+	c.add(queue, settings, time.Time{}, 0, 1)
+}
+
+// FailedAt counts a failure report of a retry republished to queue at at, as the report
+// says (bridge.DatedBreakerCounter); a zero at is dated now. The date comes from whoever
+// published the report, so it is clamped (Clamp).
+func (c *Counter) FailedAt(queue string, settings policy.Breaker, at time.Time) {
+	c.add(queue, settings, at, 0, 1)
+}
+
+// Clamp is the date an outcome is counted at: at, within the breaker's window back from now
+// and not after now; now for a zero at. A date from the future (a producer's forgery, a
+// clock ahead) counts as if it arrived now; one older than the window as the window's oldest,
+// which the breaker has let go of by the time the signal reaches it.
+func Clamp(at, now time.Time, window time.Duration) time.Time {
+	switch {
+	case at.IsZero() || at.After(now):
+		return now
+	case at.Before(now.Add(-window)):
+		return now.Add(-window)
+	}
+	return at
+}
+
+func (c *Counter) add(queue string, settings policy.Breaker, at time.Time, republished, failed int) {
 	if settings.Disabled {
 		return
 	}
+	at = Clamp(at, c.cfg.Now(), settings.WithDefaults().Window).UTC()
+	key := at.Truncate(c.width).UnixNano()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	p := c.pending[queue]
-	p.republished += republished
-	p.failed += failed
+	if p.buckets == nil {
+		p.buckets = map[int64]workflows.BreakerBucket{}
+	}
+	b := p.buckets[key]
+	b.At = latest(b.At, at)
+	b.Republished += republished
+	b.Failed += failed
+	p.buckets[key] = b
 	p.settings = settings
 	c.pending[queue] = p
+}
+
+// latest is the later of a and b.
+func latest(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
 }
 
 // Run flushes every Interval until ctx is done, then once more (within Timeout) so that a
@@ -124,10 +186,14 @@ func (c *Counter) Flush(ctx context.Context) int {
 	for _, queue := range slices.Sorted(maps.Keys(batch)) {
 		p := batch[queue]
 		g.Go(func() error {
-			if err := c.report(ctx, queue, p); err != nil {
+			o, ok := c.outcomes(p)
+			if !ok {
+				return nil // every count older than the window: the breaker would drop them
+			}
+			if err := c.report(ctx, queue, o); err != nil {
 				c.putBack(queue, p)
 				c.log.Warn("breaker report failed; keeping its counts for the next flush", "queue", queue,
-					"republished", p.republished, "failed", p.failed, "error", err)
+					"republished", o.Republished, "failed", o.Failed, "error", err)
 				return nil
 			}
 			mu.Lock()
@@ -153,22 +219,49 @@ func (c *Counter) take() map[string]pending {
 }
 
 // putBack adds p's counts to queue's pending ones; settings counted meanwhile are newer and
-// win.
+// win. Buckets older than the window are let go: the breaker would drop them, and a Temporal
+// down for long must not grow the counts without bound.
 func (c *Counter) putBack(queue string, p pending) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	since := c.cfg.Now().Add(-p.settings.WithDefaults().Window)
+	maps.DeleteFunc(p.buckets, func(_ int64, b workflows.BreakerBucket) bool { return !b.At.After(since) })
 	if now, ok := c.pending[queue]; ok {
 		p.settings = now.settings
-		p.republished += now.republished
-		p.failed += now.failed
+		for k, b := range now.buckets {
+			mine := p.buckets[k]
+			mine.At = latest(mine.At, b.At)
+			mine.Republished += b.Republished
+			mine.Failed += b.Failed
+			p.buckets[k] = mine
+		}
 	}
 	c.pending[queue] = p
 }
 
-// report signals p to queue's breaker, starting it (closed) if it does not run.
-func (c *Counter) report(ctx context.Context, queue string, p pending) error {
-	id := message.BreakerWorkflowID(queue)
+// outcomes is the signal of p's counts: its buckets within the window, oldest first, each
+// dated by the latest outcome it counts, and their totals, which a breaker from before dated
+// buckets counts at arrival. False when no bucket is left.
+func (c *Counter) outcomes(p pending) (workflows.BreakerOutcomes, bool) {
 	settings := p.settings.WithDefaults()
+	since := c.cfg.Now().Add(-settings.Window)
+	o := workflows.BreakerOutcomes{Settings: settings}
+	for _, k := range slices.Sorted(maps.Keys(p.buckets)) {
+		b := p.buckets[k]
+		if !b.At.After(since) {
+			continue
+		}
+		o.Buckets = append(o.Buckets, b)
+		o.Republished += b.Republished
+		o.Failed += b.Failed
+	}
+	return o, len(o.Buckets) > 0
+}
+
+// report signals o to queue's breaker, starting it (closed) if it does not run.
+func (c *Counter) report(ctx context.Context, queue string, o workflows.BreakerOutcomes) error {
+	id := message.BreakerWorkflowID(queue)
+	settings := o.Settings
 	opts := client.StartWorkflowOptions{
 		ID:        id,
 		TaskQueue: c.cfg.TaskQueue,
@@ -178,9 +271,8 @@ func (c *Counter) report(ctx context.Context, queue string, p pending) error {
 			workflows.SAOriginalQueue.ValueSet(queue),
 		),
 	}
-	outcomes := workflows.BreakerOutcomes{Republished: p.republished, Failed: p.failed, Settings: settings}
 	in := workflows.BreakerInput{Queue: queue, Settings: settings}
-	if _, err := c.cfg.Client.SignalWithStartWorkflow(ctx, id, workflows.SignalBreakerOutcomes, outcomes, opts, workflows.BreakerWorkflowName, in); err != nil {
+	if _, err := c.cfg.Client.SignalWithStartWorkflow(ctx, id, workflows.SignalBreakerOutcomes, o, opts, workflows.BreakerWorkflowName, in); err != nil {
 		return fmt.Errorf("signal-with-start %s: %w", id, err)
 	}
 	return nil

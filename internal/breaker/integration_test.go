@@ -41,7 +41,8 @@ func TestAgainstTemporal(t *testing.T) {
 		queue := tq + ".orders"
 		id := message.BreakerWorkflowID(queue)
 		t.Cleanup(func() { _ = tc.TerminateWorkflow(context.Background(), id, "", "test over") })
-		c := NewCounter(CounterConfig{Client: tc, TaskQueue: tq})
+		now := time.Now().UTC()
+		c := NewCounter(CounterConfig{Client: tc, TaskQueue: tq, Now: func() time.Time { return now }})
 		for range 3 {
 			c.Republished(queue, policy.Breaker{})
 		}
@@ -71,9 +72,10 @@ func TestAgainstTemporal(t *testing.T) {
 			}
 		}
 		assert.Equal(t, []workflows.BreakerOutcomes{
-			{Republished: 3, Failed: 1, Settings: policy.Breaker{Probes: 5}.WithDefaults()},
-			{Failed: 1, Settings: policy.Breaker{}.WithDefaults()},
-		}, got)
+			{Republished: 3, Failed: 1, Settings: policy.Breaker{Probes: 5}.WithDefaults(),
+				Buckets: []workflows.BreakerBucket{{At: now, Republished: 3, Failed: 1}}},
+			{Failed: 1, Settings: policy.Breaker{}.WithDefaults(), Buckets: []workflows.BreakerBucket{{At: now, Failed: 1}}},
+		}, got, "the totals, and the counts by date")
 	})
 
 	t.Run("gate", func(t *testing.T) {

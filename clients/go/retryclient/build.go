@@ -1,6 +1,8 @@
 package retryclient
 
 import (
+	"math"
+	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -49,7 +51,8 @@ func (o Options) ingress() string {
 }
 
 // BuildMessage is the report of a failed delivery d, consumed from queue, with err: the
-// payload and properties of d, its x-retry-count and x-retry-key (which retry failed), and
+// payload and properties of d, its x-retry-count and x-retry-key (which retry failed) and
+// x-retry-republished-at (when that retry went out), and
 // what err says about the failure (see Report). A caller publishing on its own sends it as
 // JSON to the ingress queue.
 func BuildMessage(d amqp.Delivery, queue string, err error, opts Options) message.RetryMessage {
@@ -63,6 +66,7 @@ func BuildMessage(d amqp.Delivery, queue string, err error, opts Options) messag
 		EventType:           d.Type,
 		RetryCount:          retryCount(d.Headers),
 		RetryKey:            retryKey(d.Headers),
+		RepublishedAtMs:     republishedAtMs(d.Headers),
 		ErrorCategory:       c.category,
 		HTTPStatus:          c.httpStatus,
 		ErrorCode:           c.errorCode,
@@ -127,6 +131,43 @@ func retryKey(h amqp.Table) string {
 		return string(k)
 	}
 	return ""
+}
+
+// republishedAtMs is the delivery's x-retry-republished-at, in unix milliseconds: when the
+// scheduler republished the retry that failed, which dates the failure for its destination's
+// circuit breaker. 0 when absent or not a date (the scheduler then dates the report at its
+// arrival). The scheduler stamps a long; a broker or library in between may turn it into
+// another integer, a float or a string, and a timestamp is read as one.
+func republishedAtMs(h amqp.Table) int64 {
+	v, _ := header(h, message.HeaderRetryRepublishedAt)
+	var ms int64
+	switch x := v.(type) {
+	case float64:
+		if x == math.Trunc(x) && x > 0 && x < math.MaxInt64 {
+			ms = int64(x)
+		}
+	case string:
+		ms = dateMs(x)
+	case []byte:
+		ms = dateMs(string(x))
+	case time.Time:
+		ms = x.UnixMilli()
+	default:
+		ms, _ = message.HeaderInt64(v)
+	}
+	return max(ms, 0)
+}
+
+// dateMs reads a decimal count of unix milliseconds or an RFC 3339 date; 0 when s is neither.
+func dateMs(s string) int64 {
+	s = strings.TrimSpace(s)
+	if n, err := strconv.ParseInt(s, 10, 64); err == nil {
+		return n
+	}
+	if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
+		return t.UnixMilli()
+	}
+	return 0
 }
 
 // bounded cuts s to at most limit bytes (DefaultMaxReasonBytes when 0) on a character

@@ -60,7 +60,7 @@ func TestBuildMessage(t *testing.T) {
 		MessageId: "m-1", Body: []byte{0, 0xff, 'x'}, ContentType: "application/octet-stream",
 		CorrelationId: "corr-7", Type: "order.created", Exchange: "orders-x", RoutingKey: "eu.orders",
 		Headers: amqp.Table{
-			"X-Retry-Count": int32(2), "x-retry-key": []byte("m-1:2"),
+			"X-Retry-Count": int32(2), "x-retry-key": []byte("m-1:2"), "X-Retry-Republished-At": int64(1772366392750),
 			"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", "tracestate": "vendor=1",
 			"x-death": []any{amqp.Table{"count": int64(1)}}, "x-error-reason": "old failure",
 			"x-tenant": "acme", "x-amount": int64(10), "x-blob": []byte{0xff},
@@ -77,6 +77,7 @@ func TestBuildMessage(t *testing.T) {
 	require.Equal(t, "order.created", m.EventType)
 	require.Equal(t, 2, m.RetryCount)
 	require.Equal(t, "m-1:2", m.RetryKey)
+	require.Equal(t, int64(1772366392750), m.RepublishedAtMs)
 	require.Equal(t, "transient", m.ErrorCategory)
 	require.Equal(t, "ETIMEDOUT", m.ErrorCode)
 	require.Equal(t, "payments: "+syscall.ETIMEDOUT.Error(), m.ErrorReason)
@@ -96,6 +97,29 @@ func TestBuildMessage(t *testing.T) {
 
 	d.Exchange = ""
 	require.Empty(t, BuildMessage(d, "orders", nil, Options{ViaExchange: true}).OriginalExchange, "the default exchange routes by queue")
+}
+
+// The republish time is copied in the forms a broker or library may have turned the
+// scheduler's long into; anything else, or none, is 0: the scheduler dates the report at its
+// arrival.
+func TestRepublishedAtMs(t *testing.T) {
+	at := time.UnixMilli(1772366392750)
+	for v, want := range map[any]int64{
+		int64(1772366392750):              1772366392750,
+		float64(1772366392750):            1772366392750,
+		"1772366392750":                   1772366392750,
+		at.UTC().Format(time.RFC3339Nano): 1772366392750,
+		int32(5):                          5,
+		"soon":                            0,
+		1.5:                               0,
+		int64(-3):                         0,
+		true:                              0,
+	} {
+		require.Equal(t, want, republishedAtMs(amqp.Table{"x-retry-republished-at": v}), "%#v", v)
+	}
+	require.Equal(t, int64(1772366392750), republishedAtMs(amqp.Table{"x-retry-republished-at": []byte("1772366392750")}))
+	require.Equal(t, int64(1772366392750), republishedAtMs(amqp.Table{"x-retry-republished-at": at}), "an AMQP timestamp")
+	require.Zero(t, republishedAtMs(nil))
 }
 
 func TestBuildMessageFirstDelivery(t *testing.T) {

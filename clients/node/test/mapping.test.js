@@ -38,6 +38,19 @@ test('the exchange travels only with viaExchange', () => {
   assert.equal(via.error_reason, '');
 });
 
+test('the republish time is copied as republished_at_ms, not as a header', () => {
+  for (const [v, want] of [
+    [1772366392750, 1772366392750], [1772366392750n, 1772366392750], ['1772366392750', 1772366392750],
+    [Buffer.from('1772366392750'), 1772366392750], ['2026-03-01T11:59:52.750Z', 1772366392750],
+    ['soon', undefined], [1.5, undefined], [-3, undefined], [true, undefined],
+  ]) {
+    const m = buildRetryMessage(delivery({ properties: { headers: { 'X-Retry-Republished-At': v, tenant: 'acme' } } }), 'orders', null);
+    assert.equal(m.republished_at_ms, want, String(v));
+    assert.deepEqual(m.original_headers, { tenant: 'acme' }, String(v));
+  }
+  assert.equal(buildRetryMessage(delivery(), 'orders', null).republished_at_ms, undefined, 'none without the header');
+});
+
 test('a first delivery has count 0 and no key', () => {
   const m = buildRetryMessage({ content: Buffer.alloc(0), fields: {}, properties: { headers: {} } }, 'q', new Error('x'));
   assert.equal(m.retry_count, 0);
