@@ -421,7 +421,7 @@ docs: ## Regenerate docs/configuration-reference.md from internal/config/setting
 demo: ## Inject demo traffic with the starter (run `make run` in another terminal first)
 	$(GO) run ./starter demo
 
-bench: $(TEMPORAL_CLI) rabbitmq $(if $(findstring postgres,$(BENCH_FLAGS)),temporal-server) ## Benchmark: ceiling, ladder, sustained, burst, mixed (15–25 min; flags in BENCH_FLAGS: -engine postgres, -temporal-address; cmd/bench/README.md)
+bench: $(TEMPORAL_CLI) rabbitmq $(if $(findstring postgres,$(BENCH_FLAGS)),temporal-server) ## Benchmark: ceiling, ladder, sustained, split, burst, mixed, overload (about 45 min; flags in BENCH_FLAGS: -engine postgres, -temporal-address; cmd/bench/README.md)
 	$(GO) run ./cmd/bench $(BENCH_FLAGS)
 
 # Built, not `go run`, so that a SIGTERM reaches the soak, which then stops its processes
