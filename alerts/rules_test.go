@@ -51,6 +51,7 @@ var exported = map[string]bool{
 	"retry_queue_depth": true, "retry_due": true, "retries_exhausted_total": true, "retries_scheduled_total": true,
 	"retries_executed_total": true, "depth_poll_errors_total": true, "dead_letter_publish_failures_total": true,
 	"breaker_state": true, "retries_held": true, "breaker_transitions_total": true, "bridge_consuming": true,
+	"bridge_intake_limited": true, "bridge_engine_lag_errors_total": true,
 	"metrics_queue_label_overflow_total": true, "reports_set_aside_total": true,
 }
 
