@@ -224,6 +224,13 @@ type Status struct {
 	LimitingConfigured bool    `json:"limiting_enabled"`
 }
 
+// Limited says whether the intake is limited now: Temporal lags past the bound. The ops API
+// then sends operators' actions as signals rather than Updates (ops.APIConfig.Lagging).
+func (c *Controller) Limited() bool {
+	limited, _ := c.lim.state()
+	return limited
+}
+
 // Status is the last reading and the limit now.
 func (c *Controller) Status() Status {
 	c.mu.Lock()

@@ -261,6 +261,7 @@ func TestControllerEngagesAndReleasesWithLogsAndMetrics(t *testing.T) {
 		}
 	}
 	assert.Zero(t, value(r.c.m.limited))
+	assert.False(t, r.c.Limited())
 
 	// 40 deliveries in a period (20/s), and the backlog 8 s old: engaged at 16/s.
 	admit(40)
@@ -272,6 +273,7 @@ func TestControllerEngagesAndReleasesWithLogsAndMetrics(t *testing.T) {
 	assert.InDelta(t, 16.0, value(r.c.m.rate), 1e-9)
 	assert.Contains(t, r.log.String(), "intake limited")
 	assert.Contains(t, r.log.String(), "lag_ms=8000 bound_ms=5000 rate_per_s=16")
+	assert.True(t, r.c.Limited())
 	st := r.c.Status()
 	assert.True(t, st.IntakeLimited)
 	assert.InDelta(t, 16.0, st.IntakeRateLimit, 1e-9)
@@ -295,6 +297,7 @@ func TestControllerEngagesAndReleasesWithLogsAndMetrics(t *testing.T) {
 	assert.Equal(t, 1.0, value(r.c.m.engagements))
 	assert.Contains(t, r.log.String(), "intake unlimited again")
 	assert.Contains(t, r.log.String(), "engaged_for=8s")
+	assert.False(t, r.c.Limited())
 	ok, _ = r.c.Ready()
 	assert.True(t, ok)
 }

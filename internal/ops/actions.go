@@ -171,13 +171,17 @@ type ActionRequest struct {
 	Reason string `json:"reason,omitempty"`
 }
 
-// ActionResponse answers a single action: 200 with the state after it (Applied is always
-// true; it stays for clients written against the signal-and-poll API). A retry with ?wait
-// carries its Outcome, and State is the latest read.
+// ActionResponse answers a single action: 200 with the state after it, Applied true. A retry
+// with ?wait carries its Outcome, and State is the latest read.
+//
+// While Temporal lags (APIConfig.Lagging) the action is sent as a signal and answered 202:
+// Applied false, Queued true, State as read before it; the run applies it, or refuses it if
+// its status changed meanwhile, at its next workflow task.
 type ActionResponse struct {
 	ID      string          `json:"id"`
 	Action  string          `json:"action"`
 	Applied bool            `json:"applied"`
+	Queued  bool            `json:"queued,omitempty"`
 	State   workflows.State `json:"state"`
 	Outcome *RetryOutcome   `json:"outcome,omitempty"`
 }
@@ -237,6 +241,10 @@ func (a *API) single(w http.ResponseWriter, r *http.Request, act action, id stri
 	reason, name := req.Reason, act.Name
 	ctx, cancel := context.WithTimeout(r.Context(), readTimeout+a.cfg.ActionWait)
 	defer cancel()
+	if !req.edits() && a.cfg.Lagging != nil && a.cfg.Lagging() {
+		a.queue(ctx, w, p, act, id, reason)
+		return
+	}
 	var st workflows.State
 	if req.edits() {
 		name = actionEdit
@@ -260,6 +268,20 @@ func (a *API) single(w http.ResponseWriter, r *http.Request, act action, id stri
 		a.log.Info("operator retry outcome", "actor", p.Name, "ids", []string{id}, "outcome", out.Result, "status", string(out.Status))
 	}
 	writeJSON(w, http.StatusOK, resp)
+}
+
+// queue sends act to id as a signal and answers 202 with the state it was checked against
+// (ActionResponse): the answer does not wait for the run's next workflow task. A retry's
+// ?wait is not waited: its outcome is for the caller to follow.
+func (a *API) queue(ctx context.Context, w http.ResponseWriter, p Principal, act action, id, reason string) {
+	l, err := a.applyLoaded(ctx, p, act, id, reason, nil)
+	if err != nil {
+		a.audit(p, act.Name, []string{id}, reason, "refused", "error", err.Error())
+		fail(w, err)
+		return
+	}
+	a.audit(p, act.Name, []string{id}, reason, "queued", "status", string(l.state.Status))
+	writeJSON(w, http.StatusAccepted, ActionResponse{ID: id, Action: act.Name, Queued: true, State: l.state})
 }
 
 // actionWait reads a single action's ?wait: how long a retry waits for its outcome. Only a

@@ -84,6 +84,11 @@ type APIConfig struct {
 	// may be waited out by a bridge before its run exists, and the answer for an id Temporal
 	// does not know says so. Defaults to 0 (no bridge deferrals).
 	BridgeDeferMax time.Duration
+	// Lagging reports whether Temporal lags past the process's admission bound (its bridge's
+	// intake is limited). A single action then goes as a signal, durable once the server has
+	// it, and is answered 202 at once: an Update waits for the run's next workflow task, which
+	// waits in the engine's backlog. Nil: never (a process without a bridge).
+	Lagging func() bool
 }
 
 // Defaults of APIConfig.

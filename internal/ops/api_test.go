@@ -873,3 +873,60 @@ func TestNotFoundNamesTheBridgeHold(t *testing.T) {
 	assert.Contains(t, err.Error(), "a bridge is waiting out (BRIDGE_DEFER_MAX 3s)")
 	assert.Contains(t, err.Error(), "ask again after 3s")
 }
+
+// countingUpdates is the fake Temporal with its Updates counted: while the engine lags, an
+// Update would wait for the run's next workflow task, so none may be sent.
+type countingUpdates struct {
+	*fakeTemporal
+	updates *int
+}
+
+func (c countingUpdates) UpdateWorkflow(ctx context.Context, o client.UpdateWorkflowOptions) (client.WorkflowUpdateHandle, error) {
+	*c.updates++
+	return c.fakeTemporal.UpdateWorkflow(ctx, o)
+}
+
+func TestActionsWhileTemporalLagsAreQueuedAsSignals(t *testing.T) {
+	lagging, updates := true, 0
+	h := newHarnessWith(t, func(c *APIConfig) {
+		c.Client = countingUpdates{fakeTemporal: c.Client.(*fakeTemporal), updates: &updates}
+		c.Lagging = func() bool { return lagging }
+	},
+		item("orders", "s", workflows.StatusScheduled, t0, ""),
+		item("orders", "d", workflows.StatusDead, t0, ""),
+		item("orders", "d2", workflows.StatusDead, t0, ""),
+		item("orders", "s2", workflows.StatusScheduled, t0, ""),
+	)
+
+	code, out := h.do("o", "POST", "/api/messages/retry%2Forders%2Fs/skip", `{"reason":"storm"}`)
+	require.Equal(t, 202, code, out)
+	assert.Equal(t, false, out["applied"])
+	assert.Equal(t, true, out["queued"])
+	assert.Equal(t, "scheduled", out["state"].(map[string]any)["status"], "the state the action was checked against")
+	assert.Equal(t, workflows.StatusDead, h.fake.wfs["retry/orders/s"].Status, "the signal reached the run")
+	assert.Equal(t, workflows.Event{Kind: "skip", Actor: "o", Detail: "storm"}, h.fake.wfs["retry/orders/s"].Events[0])
+	assert.Contains(t, h.log.String(), `"result":"queued"`)
+
+	// A retry's ?wait is not waited: the answer comes at once, without an outcome.
+	code, out = h.do("o", "POST", "/api/messages/retry%2Forders%2Fd/retry?wait=20s", "")
+	require.Equal(t, 202, code, out)
+	assert.Nil(t, out["outcome"])
+
+	code, out = h.do("o", "DELETE", "/api/dead-letters/retry%2Forders%2Fd2", "")
+	require.Equal(t, 202, code, out)
+	assert.Equal(t, workflows.StatusDiscarded, h.fake.wfs["retry/orders/d2"].Status)
+
+	// What the run would refuse is refused before the signal, as without lag.
+	code, out = h.do("o", "POST", "/api/messages/retry%2Forders%2Fs2/resolve", "")
+	assert.Equal(t, 409, code, out)
+
+	assert.Zero(t, updates, "no Update while Temporal lags")
+
+	// Once Temporal keeps up, an action is an Update again, answered with the state after it.
+	lagging = false
+	code, out = h.do("o", "POST", "/api/messages/retry%2Forders%2Fs2/skip", "")
+	require.Equal(t, 200, code, out)
+	assert.Equal(t, true, out["applied"])
+	assert.Equal(t, "dead", out["state"].(map[string]any)["status"], "the state after the action")
+	assert.Equal(t, 1, updates)
+}

@@ -132,7 +132,7 @@ routes:
 	catalog, err := loadCatalog(cfg)
 	require.NoError(t, err)
 	mux := http.NewServeMux()
-	require.NoError(t, mountOpsAPI(mux, cfg, catalog, tc, nil, ops.Disabled(), discard))
+	require.NoError(t, mountOpsAPI(mux, cfg, catalog, tc, nil, ops.Disabled(), nil, discard))
 	srv := httptest.NewServer(mux)
 	defer srv.Close()
 

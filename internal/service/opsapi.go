@@ -54,7 +54,7 @@ func opsAuth(cfg config.Config, logger *slog.Logger) (*ops.Auth, error) {
 // mountOpsAPI adds the operators' API and web page to mux. catalog is the process's policy
 // catalogue: a pause starts a destination's breaker with the settings of the policy its
 // messages are routed to, as the bridge routes them.
-func mountOpsAPI(mux *http.ServeMux, cfg config.Config, catalog *policy.Catalog, tc ops.Temporal, dc converter.DataConverter, auth *ops.Auth, logger *slog.Logger) error {
+func mountOpsAPI(mux *http.ServeMux, cfg config.Config, catalog *policy.Catalog, tc ops.Temporal, dc converter.DataConverter, auth *ops.Auth, lagging func() bool, logger *slog.Logger) error {
 	api, err := ops.NewAPI(ops.APIConfig{
 		Client:         tc,
 		DataConverter:  dc,
@@ -65,6 +65,7 @@ func mountOpsAPI(mux *http.ServeMux, cfg config.Config, catalog *policy.Catalog,
 		MaxScans:       cfg.APIMaxScans,
 		WebUIURL:       cfg.TemporalUIURL,
 		BridgeDeferMax: cfg.BridgeDeferMax,
+		Lagging:        lagging,
 		Logger:         logger,
 		// An edited retry's destination passes the guard a producer's report passes.
 		Guard:           catalog.Guard(cfg.RetryQueue, cfg.ManualReviewQueue, ownQueues(cfg)...),

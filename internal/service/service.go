@@ -418,7 +418,12 @@ func (p *process) httpHandler(auth *ops.Auth) (*http.ServeMux, error) {
 		if err != nil {
 			return nil, err
 		}
-		if err := mountOpsAPI(mux, p.cfg, catalog, p.tc, p.topts.DataConverter, auth, p.logger.With("component", "ops")); err != nil {
+		// Where a bridge runs, its admission control tells the API when Temporal lags.
+		var lagging func() bool
+		if p.intake != nil {
+			lagging = p.intake.Limited
+		}
+		if err := mountOpsAPI(mux, p.cfg, catalog, p.tc, p.topts.DataConverter, auth, lagging, p.logger.With("component", "ops")); err != nil {
 			return nil, err
 		}
 	}

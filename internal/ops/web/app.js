@@ -368,7 +368,10 @@ async function rowAction(id, action, question) {
       await retryAction(path, id);
     } else {
       const r = await api('POST', path, {});
-      setProgress(verbs[action] + ' ' + id + ': now ' + r.state.status + '.');
+      // Queued (202): Temporal lags, and the run applies the action at its next task.
+      setProgress(verbs[action] + ' ' + id + (r.queued
+        ? ': queued; Temporal lags, so the message applies it when its run next runs.'
+        : ': now ' + r.state.status + '.'));
     }
   } catch (e) {
     if (e.status !== 401) setProgress(e.message, true);
