@@ -201,7 +201,7 @@ func TestBadInputCatalogueThroughTheBroker(t *testing.T) {
 	})
 	t.Run("8,000 small headers travel", func(t *testing.T) {
 		d := got["payload of ok-8k"]
-		assert.Len(t, d.Headers, 8000+2) // plus x-retry-count and x-retry-key
+		assert.Len(t, d.Headers, 8000+3) // plus x-retry-count, x-retry-key and x-retry-republished-at
 	})
 	t.Run("headers nested 40 deep: cut to what a consumer reads, with a note", func(t *testing.T) {
 		d := got["payload of ok-de"]
